@@ -1,0 +1,5 @@
+import sys
+
+from zonesync.cli import main
+
+sys.exit(main())

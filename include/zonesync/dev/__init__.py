@@ -1,0 +1,1 @@
+"""The local development environment: private zones, the dev broker, Airflow."""

@@ -1,0 +1,235 @@
+"""`zonesync dev up | down | status`: the local environment as one unit.
+
+Components, in start order: the meta store, one mariadbd per zone, the dev
+broker, then Airflow (db migrate, api-server, scheduler, dag-processor,
+triggerer). `up` is idempotent: a component that runs and answers is left alone,
+one that crashed (pid file but no process) is reported and started again, so
+`up` after a crash or a reboot heals the environment. `down` stops every process
+group it started, newest first, and waits for them to exit.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from zonesync.config import REPO_ROOT, EnvConfig
+from zonesync.dev import airflow_env, broker, mariadb, procs
+
+SAMPLE_SCHEMA = REPO_ROOT / "include" / "sql" / "sample_app.sql"
+
+
+class EnvError(RuntimeError):
+    """One line for the user: what is wrong and how to fix it."""
+
+
+@dataclass
+class ComponentStatus:
+    name: str
+    address: str
+    pid: int | None
+    health: str  # healthy | unhealthy | crashed | stopped | starting
+
+
+def instances(cfg: EnvConfig) -> list[mariadb.Instance]:
+    meta = mariadb.Instance("meta", cfg.meta_port, 1000, cfg.data_dir / "meta", gtid_domain_id=0)
+    zones = [
+        mariadb.Instance(z.instance, z.port, z.id, cfg.data_dir / z.instance, gtid_domain_id=z.id) for z in cfg.zones
+    ]
+    return [meta, *zones]
+
+
+def topics(cfg: EnvConfig) -> list[str]:
+    return [f"zonesync.{z.name}.changes" for z in cfg.zones]
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def preflight(cfg: EnvConfig) -> None:
+    if cfg.with_airflow and airflow_env.java_home() is None:
+        raise EnvError("no Java runtime found (Spark needs Java 17): run `make setup` or set JAVA_HOME")
+    if not Path(mariadb.MARIADBD).exists():
+        raise EnvError(f"{mariadb.MARIADBD} not found: run `make setup` (installs mariadb-server)")
+    busy = []
+    for inst in instances(cfg):
+        current = procs.read(cfg.run_dir, inst.name)
+        if not (current and current.alive()) and not procs.port_free(inst.port):
+            busy.append(f"{inst.port} ({inst.name})")
+    if cfg.with_airflow:
+        current = procs.read(cfg.run_dir, "api-server")
+        if not (current and current.alive()) and not procs.port_free(cfg.airflow_port):
+            busy.append(f"{cfg.airflow_port} (airflow api-server)")
+    if busy:
+        raise EnvError(
+            f"port {', '.join(busy)} already in use by another process: stop it, or choose other ports "
+            "with ZONESYNC_BASE_PORT / ZONESYNC_AIRFLOW_PORT"
+        )
+
+
+def _report_crashed(cfg: EnvConfig, name: str) -> None:
+    current = procs.read(cfg.run_dir, name)
+    if current and not current.alive():
+        _say(f"  {name}: crashed earlier (pid {current.pid} gone); restarting, log in {cfg.log_dir / (name + '.log')}")
+        procs.pidfile(cfg.run_dir, name).unlink(missing_ok=True)
+
+
+def up_databases(cfg: EnvConfig) -> None:
+    for inst in instances(cfg):
+        _report_crashed(cfg, inst.name)
+        mariadb.start(inst, cfg.run_dir, cfg.log_dir, cfg.data_dir)
+
+
+def up_broker(cfg: EnvConfig) -> None:
+    _report_crashed(cfg, "broker")
+    current = procs.read(cfg.run_dir, "broker")
+    if current and current.alive():
+        info = broker.read_info(cfg.broker_file)
+        if info:
+            for topic in topics(cfg):  # idempotent: topics exist or are made
+                broker.create_topic(cfg.broker_file, topic, cfg.kafka_partitions)
+            return
+        procs.stop(cfg.run_dir, "broker")
+    cfg.broker_file.unlink(missing_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "zonesync.cli",
+        "dev",
+        "broker",
+        "--info-file",
+        str(cfg.broker_file),
+        "--partitions",
+        str(cfg.kafka_partitions),
+        *topics(cfg),
+    ]
+    managed = procs.spawn(cfg.run_dir, cfg.log_dir, "broker", argv, f"--info-file {cfg.broker_file}")
+    if not procs.wait_until(lambda: broker.read_info(cfg.broker_file) is not None, 30, 0.1):
+        alive = managed.alive()
+        procs.stop(cfg.run_dir, "broker")
+        raise EnvError(
+            f"the dev broker did not start ({'still starting' if alive else 'exited'}): see {cfg.log_dir / 'broker.log'}"
+        )
+
+
+def up_airflow(cfg: EnvConfig) -> None:
+    env = airflow_env.environment(cfg)
+    if not (cfg.airflow_home / "airflow.db").exists() or not procs.read(cfg.run_dir, "api-server"):
+        _say("  airflow: migrating the metadata DB (first start takes a minute)")
+        airflow_env.migrate_db(cfg, env)
+    for process in airflow_env.PROCESSES:
+        _report_crashed(cfg, process)
+        current = procs.read(cfg.run_dir, process)
+        if current and current.alive():
+            continue
+        procs.spawn(
+            cfg.run_dir,
+            cfg.log_dir,
+            process,
+            airflow_env.argv(process, cfg),
+            airflow_env.marker(process),
+            env=env,
+            cwd=cfg.airflow_home,
+        )
+    if not procs.wait_until(lambda: _airflow_ready(cfg), 240, 1.0):
+        raise EnvError(f"Airflow did not become healthy within 240 s: see {cfg.log_dir}/api-server.log and friends")
+
+
+def _airflow_ready(cfg: EnvConfig) -> bool:
+    doc = airflow_env.health(cfg)
+    if not doc:
+        for process in airflow_env.PROCESSES:
+            current = procs.read(cfg.run_dir, process)
+            if current is None or not current.alive():
+                raise EnvError(f"airflow {process} exited during start-up: see {cfg.log_dir / (process + '.log')}")
+        return False
+    parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+    return all((doc.get(p) or {}).get("status") == "healthy" for p in parts)
+
+
+def load_sample_schema(cfg: EnvConfig) -> None:
+    """Load include/sql/sample_app.sql into every zone (idempotent DDL)."""
+    statements = [s.strip() for s in SAMPLE_SCHEMA.read_text().split(";") if s.strip()]
+    for inst in instances(cfg)[1:]:
+        conn = inst.connect()
+        try:
+            with conn.cursor() as cur:
+                for stmt in statements:
+                    cur.execute(stmt)
+        finally:
+            conn.close()
+
+
+def up(cfg: EnvConfig) -> None:
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    preflight(cfg)
+    started = time.monotonic()
+    _say(f"zonesync dev up: state in {cfg.state_dir}")
+    up_databases(cfg)
+    up_broker(cfg)
+    if cfg.with_airflow:
+        up_airflow(cfg)
+    _say(f"up in {time.monotonic() - started:.1f} s")
+
+
+def down(cfg: EnvConfig) -> list[str]:
+    """Stop everything this env started, newest first; return what was running."""
+    names = [*reversed(airflow_env.PROCESSES), "broker", *[i.name for i in reversed(instances(cfg))]]
+    stopped = []
+    for name in names:
+        if procs.stop(cfg.run_dir, name, timeout=30):
+            stopped.append(name)
+    cfg.broker_file.unlink(missing_ok=True)
+    return stopped
+
+
+def status(cfg: EnvConfig) -> list[ComponentStatus]:
+    rows: list[ComponentStatus] = []
+    for inst in instances(cfg):
+        rows.append(_status_of(cfg, inst.name, f"127.0.0.1:{inst.port}", lambda inst=inst: mariadb.ping(inst)))
+    info = broker.read_info(cfg.broker_file)
+    address = info["bootstrap"] if info else "-"
+
+    def broker_ok() -> bool:
+        try:
+            return info is not None and bool(broker.request(info["control_port"], "PING", timeout=2))
+        except (OSError, broker.BrokerError):
+            return False
+
+    rows.append(_status_of(cfg, "broker", address, broker_ok))
+    if cfg.with_airflow or any(procs.read(cfg.run_dir, p) for p in airflow_env.PROCESSES):
+        doc = airflow_env.health(cfg) or {}
+        keys = {"api-server": "metadatabase", "scheduler": "scheduler", "dag-processor": "dag_processor",
+                "triggerer": "triggerer"}
+        for process in airflow_env.PROCESSES:
+            addr = f"http://127.0.0.1:{cfg.airflow_port}" if process == "api-server" else "-"
+            rows.append(
+                _status_of(cfg, process, addr, lambda p=process: (doc.get(keys[p]) or {}).get("status") == "healthy")
+            )
+    return rows
+
+
+def _status_of(cfg: EnvConfig, name: str, address: str, healthy) -> ComponentStatus:
+    current = procs.read(cfg.run_dir, name)
+    if current is None:
+        return ComponentStatus(name, address, None, "stopped")
+    if not current.alive():
+        return ComponentStatus(name, address, current.pid, "crashed")
+    return ComponentStatus(name, address, current.pid, "healthy" if healthy() else "unhealthy")
+
+
+def format_status(rows: list[ComponentStatus]) -> str:
+    lines = [f"{'component':<15} {'address':<28} {'pid':>8}  health"]
+    for r in rows:
+        lines.append(f"{r.name:<15} {r.address:<28} {str(r.pid or '-'):>8}  {r.health}")
+    return "\n".join(lines)
+
+
+def wipe(cfg: EnvConfig) -> None:
+    """Remove the state dir of a stopped environment (`zonesync dev down --wipe`)."""
+    if cfg.state_dir.exists():
+        shutil.rmtree(cfg.state_dir)

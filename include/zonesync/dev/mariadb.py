@@ -1,0 +1,174 @@
+"""One private mariadbd: its own datadir, port, socket, server_id and binlog.
+
+Zones and the meta store each get one. The binlog settings are the ones change
+capture depends on and are not negotiable: ROW format, FULL row image (the
+applier's data-lock check compares the old row), FULL row metadata (column names
+in the binlog, so capture needs no schema lookups), no binlog compression
+(pymysqlreplication cannot read compressed events).
+
+Bootstrapping a datadir with mariadb-install-db takes seconds, so the first one
+becomes a template and every other instance starts from a copy of it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pymysql
+
+from zonesync.dev import procs
+
+MARIADBD = "/usr/sbin/mariadbd"
+INSTALL_DB = "/usr/bin/mariadb-install-db"
+
+
+class MariaDBError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Instance:
+    name: str
+    port: int
+    server_id: int
+    datadir: Path
+    gtid_domain_id: int = 0
+    user: str = "root"
+
+    @property
+    def socket(self) -> Path:
+        return self.datadir / "mysqld.sock"
+
+    @property
+    def marker(self) -> str:
+        return f"--datadir={self.datadir}"
+
+    def argv(self) -> list[str]:
+        d = self.datadir
+        return [
+            MARIADBD,
+            "--no-defaults",
+            f"--datadir={d}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            f"--socket={self.socket}",
+            f"--pid-file={d / 'mysqld.pid'}",
+            f"--log-error={d / 'error.log'}",
+            "--user=root",
+            f"--server-id={self.server_id}",
+            f"--gtid-domain-id={self.gtid_domain_id}",
+            f"--log-bin={d / 'binlog'}",
+            "--binlog-format=ROW",
+            "--binlog-row-image=FULL",
+            "--binlog-row-metadata=FULL",
+            "--log-bin-compress=OFF",
+            "--local-infile=1",
+            "--skip-name-resolve",
+            "--character-set-server=utf8mb4",
+            "--collation-server=utf8mb4_bin",
+            "--innodb-buffer-pool-size=128M",
+            "--innodb-log-file-size=64M",
+            "--innodb-flush-log-at-trx-commit=2",
+            "--sync-binlog=0",
+            "--max-connections=300",
+            "--performance-schema=OFF",
+        ]
+
+    def connect(self, database: str | None = None, **kw) -> pymysql.connections.Connection:
+        return pymysql.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=self.user,
+            password="",
+            database=database,
+            autocommit=True,
+            **kw,
+        )
+
+    def url(self, database: str = "") -> str:
+        return f"mysql://{self.user}@127.0.0.1:{self.port}/{database}"
+
+    def jdbc_url(self, database: str) -> str:
+        return f"jdbc:mysql://127.0.0.1:{self.port}/{database}"
+
+
+def _bootstrap(datadir: Path, log: Path) -> None:
+    datadir.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as fh:
+        result = subprocess.run(
+            [
+                INSTALL_DB,
+                "--no-defaults",
+                f"--datadir={datadir}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    if result.returncode != 0:
+        raise MariaDBError(f"mariadb-install-db failed for {datadir}: see {log}")
+
+
+def ensure_datadir(instance: Instance, template_root: Path, log_dir: Path) -> None:
+    """Create the instance's datadir from a bootstrapped template (made once)."""
+    if (instance.datadir / "mysql").is_dir():
+        return
+    if not Path(MARIADBD).exists():
+        raise MariaDBError(f"{MARIADBD} not found: run `make setup` (installs mariadb-server)")
+    template = template_root / "template"
+    if not (template / "mysql").is_dir():
+        tmp = template_root / "template.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        _bootstrap(tmp, log_dir / "mariadb-install-db.log")
+        tmp.rename(template)
+    if instance.datadir.exists():
+        shutil.rmtree(instance.datadir)
+    shutil.copytree(template, instance.datadir, symlinks=True)
+
+
+def ping(instance: Instance) -> bool:
+    try:
+        conn = instance.connect(connect_timeout=1)
+    except pymysql.err.OperationalError:
+        return False
+    conn.close()
+    return True
+
+
+def start(instance: Instance, run_dir: Path, log_dir: Path, template_root: Path) -> procs.Managed:
+    """Start the instance unless it already runs; return when it answers queries."""
+    current = procs.read(run_dir, instance.name)
+    if current and current.alive():
+        if not procs.wait_until(lambda: ping(instance), 30):
+            raise MariaDBError(f"{instance.name} runs (pid {current.pid}) but does not answer on {instance.port}")
+        return current
+    procs.require_free_port(instance.port, instance.name, "ZONESYNC_BASE_PORT")
+    ensure_datadir(instance, template_root, log_dir)
+    # A crashed run leaves its pid file and socket; mariadbd recovers the data itself.
+    for leftover in (instance.socket, instance.datadir / "mysqld.pid"):
+        leftover.unlink(missing_ok=True)
+    managed = procs.spawn(run_dir, log_dir, instance.name, instance.argv(), instance.marker)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if ping(instance):
+            return managed
+        if not managed.alive():
+            tail = _tail(instance.datadir / "error.log")
+            raise MariaDBError(f"{instance.name} exited during start-up; last lines of its error log:\n{tail}")
+        time.sleep(0.1)
+    raise MariaDBError(f"{instance.name} did not answer on port {instance.port} within 60 s")
+
+
+def _tail(path: Path, lines: int = 8) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no error log)"

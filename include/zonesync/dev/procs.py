@@ -1,0 +1,202 @@
+"""Supervising the local processes: start in their own process group, find, stop.
+
+Every component of the dev environment (a mariadbd, the broker, each Airflow
+process) is started with `start_new_session=True`, so it leads its own process
+group. `down` signals the whole group, which takes the children too (Airflow's
+api-server forks workers, the scheduler forks task runners, spark-submit starts a
+JVM) and waits until none of them is left.
+
+The pid file records the pid and a marker that must appear in the process's
+command line. A pid file left by a crashed run whose pid was reused by an
+unrelated process is therefore recognised as stale, never signalled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
+@dataclass
+class Managed:
+    name: str
+    pid: int
+    marker: str
+
+    def alive(self) -> bool:
+        return pid_matches(self.pid, self.marker)
+
+
+def pid_matches(pid: int, marker: str) -> bool:
+    """True when `pid` runs and its command line contains `marker` (or one of its |-separated forms).
+
+    Processes may retitle themselves (Airflow's api-server shows `airflow api_server`), hence the forms.
+    """
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z" and any(alt in cmdline for alt in marker.split("|"))
+
+
+def pidfile(run_dir: Path, name: str) -> Path:
+    return run_dir / f"{name}.json"
+
+
+def read(run_dir: Path, name: str) -> Managed | None:
+    path = pidfile(run_dir, name)
+    try:
+        data = json.loads(path.read_text())
+        return Managed(name=name, pid=int(data["pid"]), marker=str(data["marker"]))
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def require_free_port(port: int, what: str, env_var: str) -> None:
+    if not port_free(port):
+        raise PortInUse(
+            f"port {port} ({what}) is already in use by another process: "
+            f"stop that process or set {env_var} to a free port"
+        )
+
+
+def spawn(
+    run_dir: Path,
+    log_dir: Path,
+    name: str,
+    argv: list[str],
+    marker: str,
+    env: dict | None = None,
+    cwd: Path | None = None,
+) -> Managed:
+    """Start `argv` as the leader of a new process group, logging to logs/<name>.log."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = open(log_dir / f"{name}.log", "ab")
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    log.close()
+    pidfile(run_dir, name).write_text(json.dumps({"pid": proc.pid, "marker": marker, "argv": argv}))
+    return Managed(name=name, pid=proc.pid, marker=marker)
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        # fields[0] is the state, fields[2] the process group id.
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def stop(run_dir: Path, name: str, timeout: float = 20.0) -> bool:
+    """Stop a component's whole process group; True when something was running."""
+    managed = read(run_dir, name)
+    if managed is None:
+        return False
+    was_running = managed.alive()
+    if was_running:
+        try:
+            pgid = os.getpgid(managed.pid)
+        except ProcessLookupError:
+            pgid = None
+        if pgid == managed.pid:
+            stop_group(pgid, timeout)
+        else:  # not a group leader any more: signal the process alone
+            _signal_until_gone([managed.pid], timeout)
+    pidfile(run_dir, name).unlink(missing_ok=True)
+    return was_running
+
+
+def stop_group(pgid: int, timeout: float = 20.0) -> None:
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _group_members(pgid):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 5
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _signal_until_gone(pids: list[int], timeout: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not any(Path(f"/proc/{p}").exists() for p in pids):
+                return
+            time.sleep(0.1)
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)

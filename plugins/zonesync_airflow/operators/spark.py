@@ -1,0 +1,62 @@
+"""ZoneSparkSubmitOperator: a Spark job that reads or writes zone databases.
+
+It resolves each zone's Airflow connection when the task runs (never at DAG
+import), passes the JDBC URL and user as arguments and the password as an
+environment variable of spark-submit only, so no secret reaches a command line
+or a log. Every job receives `--output PATH`, a per-run file it writes its
+result to; the operator returns that path as its XCom so a downstream task can
+read the result.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from zonesync_airflow.hooks.zone import ZoneHook
+
+MARIADB_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
+
+
+def password_env_var(zone: str) -> str:
+    return f"ZONESYNC_JDBC_PASSWORD_{zone.upper()}"
+
+
+def output_dir() -> Path:
+    base = os.environ.get("ZONESYNC_STATE_DIR") or tempfile.gettempdir()
+    return Path(base) / "spark-out"
+
+
+class ZoneSparkSubmitOperator(SparkSubmitOperator):
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "zones")
+
+    def __init__(self, *, zones: Sequence[str] | str, conn_id: str = "spark_local", **kwargs) -> None:
+        kwargs.setdefault("jars", MARIADB_JDBC_JAR)
+        kwargs.setdefault("driver_class_path", MARIADB_JDBC_JAR)
+        super().__init__(conn_id=conn_id, **kwargs)
+        self.zones = zones
+
+    def execute(self, context):
+        zones = self.zones.split(",") if isinstance(self.zones, str) else list(self.zones)
+        if not zones:
+            raise ValueError("zones is empty: name at least one zone whose connection zonesync_zone_<name> exists")
+        run_id = context["run_id"].replace(":", "_").replace("+", "_")
+        out = output_dir() / self.dag_id / f"{run_id}.{self.task_id}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        args = list(self.application_args or [])
+        env = dict(self.env_vars or {})
+        for zone in zones:
+            ep = ZoneHook.for_zone(zone).endpoint()
+            args += ["--zone", f"{ep.name}={ep.jdbc_url()}", "--zone-user", f"{ep.name}={ep.user}"]
+            env[password_env_var(ep.name)] = ep.password
+        args += ["--output", str(out)]
+        self.application_args = args
+        # spark-submit needs JAVA_HOME, PATH and PYSPARK_PYTHON from the worker's environment.
+        self.env_vars = {**os.environ, **env}
+        self._hook = None
+        super().execute(context)
+        return str(out)

@@ -1,0 +1,81 @@
+"""What every zonesync Spark job shares: zone arguments, the session, JDBC reads.
+
+Zones arrive as `--zone NAME=JDBC_URL` and `--zone-user NAME=USER`; the password
+of each is read from the environment variable ZONESYNC_JDBC_PASSWORD_<NAME> so it
+never appears in a command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+JDBC_DRIVER = "org.mariadb.jdbc.Driver"
+
+
+def add_zone_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--zone", action="append", default=[], metavar="NAME=JDBC_URL", required=True)
+    parser.add_argument("--zone-user", action="append", default=[], metavar="NAME=USER")
+    parser.add_argument("--output", required=True, help="file the job writes its JSON result to")
+
+
+def _pairs(values: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            raise SystemExit(f"{flag} {value!r}: expected NAME=VALUE, e.g. {flag} a=jdbc:mysql://host:3306/db")
+        out[name] = rest
+    return out
+
+
+def zone_props(args: argparse.Namespace) -> dict[str, tuple[str, dict]]:
+    """Zone name -> (JDBC URL, connection properties)."""
+    urls = _pairs(args.zone, "--zone")
+    users = _pairs(args.zone_user, "--zone-user")
+    out = {}
+    for name, url in urls.items():
+        if not url.startswith("jdbc:mysql://"):
+            raise SystemExit(f"--zone {name}: {url!r} must be a jdbc:mysql:// URL (jdbc:mariadb:// breaks partitioning)")
+        props = {
+            "driver": JDBC_DRIVER,
+            "user": users.get(name, "root"),
+            "password": os.environ.get(f"ZONESYNC_JDBC_PASSWORD_{name.upper()}", ""),
+            # TIMESTAMPs are compared and copied as UTC everywhere in zonesync.
+            "sessionInitStatement": "SET time_zone = '+00:00'",
+        }
+        out[name] = (url, props)
+    return out
+
+
+def build_session(app_name: str):
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+
+
+def read_table_partitioned(spark, url: str, props: dict, table: str, key: str, partitions: int):
+    """Read `table` split into `partitions` ranges of the integer column `key`.
+
+    The bounds come from one MIN/MAX query; an empty table is read unsplit.
+    """
+    bounds = (
+        spark.read.jdbc(url, f"(SELECT MIN(`{key}`) AS lo, MAX(`{key}`) AS hi FROM `{table}`) AS b", properties=props)
+        .collect()[0]
+    )
+    if bounds["lo"] is None or partitions <= 1:
+        return spark.read.jdbc(url, f"`{table}`", properties=props)
+    return spark.read.jdbc(
+        url,
+        f"`{table}`",
+        column=key,
+        lowerBound=int(bounds["lo"]),
+        upperBound=int(bounds["hi"]) + 1,
+        numPartitions=partitions,
+        properties=props,
+    )

@@ -1,0 +1,61 @@
+"""The ground is real: a write to zone a comes back as a row event from its binlog."""
+
+from __future__ import annotations
+
+import pytest
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
+
+pytestmark = pytest.mark.integration
+
+
+def _position(conn) -> tuple[str, int]:
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    return file, int(pos)
+
+
+def test_zone_settings_are_the_ones_capture_needs(zones):
+    conn = zones["a"].connect()
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT @@binlog_format, @@binlog_row_image, @@binlog_row_metadata, @@log_bin_compress, "
+            "@@local_infile, @@server_id, @@gtid_domain_id"
+        )
+        row = cur.fetchone()
+    assert row == ("ROW", "FULL", "FULL", 0, 1, 1, 1)
+    ids = set()
+    for name in ("a", "b", "c", "meta"):
+        with zones[name].connect().cursor() as cur:
+            cur.execute("SELECT @@server_id")
+            ids.add(cur.fetchone()[0])
+    assert len(ids) == 4, "every instance needs its own server_id"
+
+
+def test_write_to_zone_a_is_read_back_from_its_binlog(zones):
+    inst = zones["a"]
+    conn = inst.connect("zonesync_app")
+    log_file, log_pos = _position(conn)
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (9001, 'acme', 1, 7)")
+        cur.execute("UPDATE tenants SET name = 'acme2' WHERE tenant_id = 9001")
+    stream = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": inst.port, "user": "root", "passwd": ""},
+        server_id=4242,
+        only_events=[WriteRowsEvent, UpdateRowsEvent],
+        log_file=log_file,
+        log_pos=log_pos,
+        resume_stream=True,
+        blocking=False,
+    )
+    try:
+        events = [(type(e).__name__, e.table, e.rows) for e in stream]
+    finally:
+        stream.close()
+    assert [(kind, table) for kind, table, _ in events] == [("WriteRowsEvent", "tenants"), ("UpdateRowsEvent", "tenants")]
+    inserted = events[0][2][0]["values"]
+    assert inserted["tenant_id"] == 9001 and inserted["name"] == "acme" and inserted["_zs_version"] == 7
+    update = events[1][2][0]
+    assert update["before_values"]["name"] == "acme"  # FULL row image: the old row is there
+    assert update["after_values"]["name"] == "acme2"
