@@ -76,10 +76,19 @@ def cmd_dev_topic(args) -> int:
     return 0
 
 
+def cmd_demo(args) -> int:
+    from zonesync.dev import demo
+
+    return demo.run(_cfg())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zonesync", description="Multi-zone MySQL replication and migration.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    sub.add_parser("demo", help="bring everything up, run the main job, print where to look").set_defaults(
+        func=cmd_demo
+    )
     dev = sub.add_parser("dev", help="the local environment: zones, broker, Airflow")
     dev_sub = dev.add_subparsers(dest="dev_command", required=True, metavar="ACTION")
     up = dev_sub.add_parser("up", help="start (or heal) every component; harmless when already up")
@@ -114,9 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - user-fixable errors are printed as one line
+        from zonesync.airflow_api import AirflowApiError
         from zonesync.dev import broker, env, mariadb, procs
 
-        if isinstance(exc, (env.EnvError, mariadb.MariaDBError, procs.PortInUse, broker.BrokerError)):
+        if isinstance(exc, (env.EnvError, mariadb.MariaDBError, procs.PortInUse, broker.BrokerError, AirflowApiError)):
             print(f"zonesync: {exc}", file=sys.stderr)
             return 2
         raise

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run the whole suite. pytest's exit code 5 (no tests collected) is a failure here:
+# a suite that silently runs nothing must not pass.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+.venv/bin/python -m pytest -q "$@"
+rc=$?
+if [ $rc -eq 5 ]; then
+  echo "run-tests: no tests were collected: that is a failure" >&2
+  exit 1
+fi
+exit $rc
