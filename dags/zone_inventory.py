@@ -61,7 +61,9 @@ with DAG(
 
         result = json.loads(Path(output_path).read_text())
         for zone, row in result.items():
-            print(f"zone {zone}: {row['rows']} rows, keys {row['key_min']}..{row['key_max']}, checksum {row['checksum']}")
+            print(
+                f"zone {zone}: {row['rows']} rows, keys {row['key_min']}..{row['key_max']}, checksum {row['checksum']}"
+            )
         return result
 
     report(inventory.output)

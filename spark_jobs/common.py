@@ -36,7 +36,9 @@ def zone_props(args: argparse.Namespace) -> dict[str, tuple[str, dict]]:
     out = {}
     for name, url in urls.items():
         if not url.startswith("jdbc:mysql://"):
-            raise SystemExit(f"--zone {name}: {url!r} must be a jdbc:mysql:// URL (jdbc:mariadb:// breaks partitioning)")
+            raise SystemExit(
+                f"--zone {name}: {url!r} must be a jdbc:mysql:// URL (jdbc:mariadb:// breaks partitioning)"
+            )
         props = {
             "driver": JDBC_DRIVER,
             "user": users.get(name, "root"),
@@ -64,10 +66,9 @@ def read_table_partitioned(spark, url: str, props: dict, table: str, key: str, p
 
     The bounds come from one MIN/MAX query; an empty table is read unsplit.
     """
-    bounds = (
-        spark.read.jdbc(url, f"(SELECT MIN(`{key}`) AS lo, MAX(`{key}`) AS hi FROM `{table}`) AS b", properties=props)
-        .collect()[0]
-    )
+    bounds = spark.read.jdbc(
+        url, f"(SELECT MIN(`{key}`) AS lo, MAX(`{key}`) AS hi FROM `{table}`) AS b", properties=props
+    ).collect()[0]
     if bounds["lo"] is None or partitions <= 1:
         return spark.read.jdbc(url, f"`{table}`", properties=props)
     return spark.read.jdbc(

@@ -59,19 +59,21 @@ def summarize(df, key: str):
 
     cols = [c for c in df.columns if c != "_zone"]
     row_hash = F.xxhash64(*[F.col(f"`{c}`") for c in cols])
-    return df.groupBy("_zone").agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.min(key).alias("key_min"),
-        F.max(key).alias("key_max"),
-        F.coalesce(F.bit_xor(row_hash), F.lit(0)).alias("checksum"),
-    ).withColumnRenamed("_zone", "zone")
+    return (
+        df.groupBy("_zone")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.min(key).alias("key_min"),
+            F.max(key).alias("key_max"),
+            F.coalesce(F.bit_xor(row_hash), F.lit(0)).alias("checksum"),
+        )
+        .withColumnRenamed("_zone", "zone")
+    )
 
 
 def load(summary, zones: list[str], output: str) -> dict:
     found = {r["zone"]: r.asDict() for r in summary.collect()}
-    result = {
-        z: found.get(z, {"zone": z, "rows": 0, "key_min": None, "key_max": None, "checksum": 0}) for z in zones
-    }
+    result = {z: found.get(z, {"zone": z, "rows": 0, "key_min": None, "key_max": None, "checksum": 0}) for z in zones}
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     Path(output).write_text(json.dumps(result, indent=2, default=str))
     return result

@@ -69,7 +69,9 @@ class AirflowApi:
             if status == 200:
                 return doc
             if time.monotonic() > deadline:
-                raise AirflowApiError(f"DAG {dag_id} did not appear within {timeout:.0f} s: check the dag-processor log")
+                raise AirflowApiError(
+                    f"DAG {dag_id} did not appear within {timeout:.0f} s: check the dag-processor log"
+                )
             time.sleep(2)
 
     def trigger(self, dag_id: str, conf: dict | None = None) -> dict:

@@ -36,8 +36,10 @@ def _print_ui(cfg) -> None:
     if not cfg.with_airflow:
         return
     password = airflow_env.admin_password(cfg)
-    print(f"\nAirflow UI: http://127.0.0.1:{cfg.airflow_port}  (login: {airflow_env.ADMIN_USER}, "
-          f"password in {cfg.airflow_home / 'passwords.json'}{'' if password else ', written on first start'})")
+    print(
+        f"\nAirflow UI: http://127.0.0.1:{cfg.airflow_port}  (login: {airflow_env.ADMIN_USER}, "
+        f"password in {cfg.airflow_home / 'passwords.json'}{'' if password else ', written on first start'})"
+    )
 
 
 def cmd_dev_down(args) -> int:

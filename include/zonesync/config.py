@@ -85,7 +85,7 @@ def _int_env(env: dict, name: str, default: int, lo: int, hi: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a whole number: set it to one between {lo} and {hi}")
+        raise ConfigError(f"{name}={raw!r} is not a whole number: set it to one between {lo} and {hi}") from None
     if not lo <= value <= hi:
         raise ConfigError(f"{name}={value} is out of range: set it between {lo} and {hi}")
     return value

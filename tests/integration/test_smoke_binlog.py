@@ -53,7 +53,10 @@ def test_write_to_zone_a_is_read_back_from_its_binlog(zones):
         events = [(type(e).__name__, e.table, e.rows) for e in stream]
     finally:
         stream.close()
-    assert [(kind, table) for kind, table, _ in events] == [("WriteRowsEvent", "tenants"), ("UpdateRowsEvent", "tenants")]
+    assert [(kind, table) for kind, table, _ in events] == [
+        ("WriteRowsEvent", "tenants"),
+        ("UpdateRowsEvent", "tenants"),
+    ]
     inserted = events[0][2][0]["values"]
     assert inserted["tenant_id"] == 9001 and inserted["name"] == "acme" and inserted["_zs_version"] == 7
     update = events[1][2][0]

@@ -146,6 +146,23 @@ def environment(cfg: EnvConfig, base: dict | None = None) -> dict:
     return env
 
 
+def _migration_stamp(cfg: EnvConfig) -> Path:
+    return cfg.airflow_home / ".migrated"
+
+
+def _airflow_version() -> str:
+    from importlib.metadata import version
+
+    return version("apache-airflow")
+
+
+def needs_migration(cfg: EnvConfig) -> bool:
+    """Migrate once per Airflow version: `db migrate` costs seconds even when current."""
+    stamp = _migration_stamp(cfg)
+    db = cfg.airflow_home / "airflow.db"
+    return not db.exists() or not stamp.exists() or stamp.read_text().strip() != _airflow_version()
+
+
 def migrate_db(cfg: EnvConfig, env: dict) -> None:
     cfg.airflow_home.mkdir(parents=True, exist_ok=True)
     cfg.log_dir.mkdir(parents=True, exist_ok=True)
@@ -155,6 +172,7 @@ def migrate_db(cfg: EnvConfig, env: dict) -> None:
         )
     if result.returncode != 0:
         raise RuntimeError(f"`airflow db migrate` failed: see {cfg.log_dir / 'airflow-db-migrate.log'}")
+    _migration_stamp(cfg).write_text(_airflow_version())
 
 
 def argv(process: str, cfg: EnvConfig) -> list[str]:

@@ -48,7 +48,13 @@ def _librdkafka() -> ctypes.CDLL:
         raise BrokerError("the librdkafka bundled with confluent-kafka was not found: reinstall with `make setup`")
     lib = ctypes.CDLL(candidates[0])
     lib.rd_kafka_conf_new.restype = ctypes.c_void_p
-    lib.rd_kafka_conf_set.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.rd_kafka_conf_set.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+    ]
     lib.rd_kafka_new.restype = ctypes.c_void_p
     lib.rd_kafka_new.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.rd_kafka_mock_cluster_new.restype = ctypes.c_void_p

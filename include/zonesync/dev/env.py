@@ -111,22 +111,23 @@ def up_broker(cfg: EnvConfig) -> None:
     if not procs.wait_until(lambda: broker.read_info(cfg.broker_file) is not None, 30, 0.1):
         alive = managed.alive()
         procs.stop(cfg.run_dir, "broker")
-        raise EnvError(
-            f"the dev broker did not start ({'still starting' if alive else 'exited'}): see {cfg.log_dir / 'broker.log'}"
-        )
+        state = "still starting" if alive else "exited"
+        raise EnvError(f"the dev broker did not start ({state}): see {cfg.log_dir / 'broker.log'}")
 
 
 def up_airflow(cfg: EnvConfig) -> None:
     env = airflow_env.environment(cfg)
-    if not (cfg.airflow_home / "airflow.db").exists() or not procs.read(cfg.run_dir, "api-server"):
-        _say("  airflow: migrating the metadata DB (first start takes a minute)")
+    if airflow_env.needs_migration(cfg):
+        _say("  airflow: migrating the metadata DB")
         airflow_env.migrate_db(cfg, env)
+    running: dict[str, procs.Managed] = {}
     for process in airflow_env.PROCESSES:
         _report_crashed(cfg, process)
         current = procs.read(cfg.run_dir, process)
         if current and current.alive():
+            running[process] = current
             continue
-        procs.spawn(
+        running[process] = procs.spawn(
             cfg.run_dir,
             cfg.log_dir,
             process,
@@ -135,17 +136,19 @@ def up_airflow(cfg: EnvConfig) -> None:
             env=env,
             cwd=cfg.airflow_home,
         )
-    if not procs.wait_until(lambda: _airflow_ready(cfg), 240, 1.0):
+    if not procs.wait_until(lambda: _airflow_ready(cfg, running), 240, 1.0):
         raise EnvError(f"Airflow did not become healthy within 240 s: see {cfg.log_dir}/api-server.log and friends")
 
 
-def _airflow_ready(cfg: EnvConfig) -> bool:
+def _airflow_ready(cfg: EnvConfig, running: dict[str, procs.Managed]) -> bool:
     doc = airflow_env.health(cfg)
     if not doc:
-        for process in airflow_env.PROCESSES:
-            current = procs.read(cfg.run_dir, process)
-            if current is None or not current.alive():
-                raise EnvError(f"airflow {process} exited during start-up: see {cfg.log_dir / (process + '.log')}")
+        for process, current in running.items():
+            if not current.alive():
+                what = procs.describe(current.pid)
+                raise EnvError(
+                    f"airflow {process} exited during start-up ({what}): see {cfg.log_dir / (process + '.log')}"
+                )
         return False
     parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
     return all((doc.get(p) or {}).get("status") == "healthy" for p in parts)
@@ -203,8 +206,12 @@ def status(cfg: EnvConfig) -> list[ComponentStatus]:
     rows.append(_status_of(cfg, "broker", address, broker_ok))
     if cfg.with_airflow or any(procs.read(cfg.run_dir, p) for p in airflow_env.PROCESSES):
         doc = airflow_env.health(cfg) or {}
-        keys = {"api-server": "metadatabase", "scheduler": "scheduler", "dag-processor": "dag_processor",
-                "triggerer": "triggerer"}
+        keys = {
+            "api-server": "metadatabase",
+            "scheduler": "scheduler",
+            "dag-processor": "dag_processor",
+            "triggerer": "triggerer",
+        }
         for process in airflow_env.PROCESSES:
             addr = f"http://127.0.0.1:{cfg.airflow_port}" if process == "api-server" else "-"
             rows.append(

@@ -32,8 +32,12 @@ class Managed:
     name: str
     pid: int
     marker: str
+    # Set when this process started it: then the kernel's word (waitpid) decides.
+    proc: subprocess.Popen | None = None
 
     def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
         return pid_matches(self.pid, self.marker)
 
 
@@ -50,6 +54,16 @@ def pid_matches(pid: int, marker: str) -> bool:
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
     return state != "Z" and any(alt in cmdline for alt in marker.split("|"))
+
+
+def describe(pid: int) -> str:
+    """What /proc says about a pid, for error messages."""
+    try:
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        return f"pid {pid} state {state}: {cmd[:120]}"
+    except (OSError, IndexError):
+        return f"pid {pid} is gone"
 
 
 def pidfile(run_dir: Path, name: str) -> Path:
@@ -121,7 +135,7 @@ def spawn(
     )
     log.close()
     pidfile(run_dir, name).write_text(json.dumps({"pid": proc.pid, "marker": marker, "argv": argv}))
-    return Managed(name=name, pid=proc.pid, marker=marker)
+    return Managed(name=name, pid=proc.pid, marker=marker, proc=proc)
 
 
 def _group_members(pgid: int) -> list[int]:

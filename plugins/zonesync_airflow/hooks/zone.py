@@ -51,7 +51,7 @@ class ZoneHook(BaseHook):
         name = extra.get("zone_name") or self.zone_conn_id.removeprefix(ZONE_CONN_PREFIX)
         if "zone_id" not in extra:
             raise ValueError(
-                f"connection {self.zone_conn_id}: extra field zone_id is missing: add {{\"zone_id\": N}} to its extra"
+                f'connection {self.zone_conn_id}: extra field zone_id is missing: add {{"zone_id": N}} to its extra'
             )
         return ZoneEndpoint(
             name=name,

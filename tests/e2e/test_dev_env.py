@@ -1,0 +1,183 @@
+"""`zonesync dev up | down | status` as a user runs it, including the ways it goes wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from zonesync.dev import procs
+
+pytestmark = pytest.mark.e2e
+
+ZONESYNC = str(Path(sys.executable).parent / "zonesync")
+
+
+def _block(count: int) -> int:
+    from tests.conftest import _free_block
+
+    return _free_block(count)
+
+
+@pytest.fixture
+def dev_env(tmp_path):
+    """A private environment for one test: its own state dir and ports; torn down after."""
+    base = _block(6)
+    env = {
+        **os.environ,
+        "ZONESYNC_STATE_DIR": str(tmp_path / "state"),
+        "ZONESYNC_BASE_PORT": str(base),
+        "ZONESYNC_AIRFLOW_PORT": str(base + 5),
+        "ZONESYNC_WITH_AIRFLOW": "0",
+    }
+    yield env
+    subprocess.run([ZONESYNC, "dev", "down"], env=env, capture_output=True, timeout=120)
+    leftovers = _our_processes(tmp_path)
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    assert not leftovers, f"processes left running after down: {leftovers}"
+
+
+def zs(env, *args, timeout=300):
+    return subprocess.run([ZONESYNC, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _our_processes(root: Path) -> list[int]:
+    """Pids whose command line or environment mentions the test's state dir."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and (str(root).encode() in cmd or str(root).encode() in environ):
+            found.append(int(entry))
+    return found
+
+
+def _pids(env) -> dict[str, int]:
+    run = Path(env["ZONESYNC_STATE_DIR"]) / "run"
+    return {p.stem: json.loads(p.read_text())["pid"] for p in run.glob("*.json")}
+
+
+def test_up_status_idempotent_crash_heal_down(dev_env, tmp_path):
+    first = zs(dev_env, "dev", "up")
+    assert first.returncode == 0, first.stderr
+    status = zs(dev_env, "dev", "status")
+    assert status.returncode == 0, status.stdout
+    for name in ("meta", "zone-a", "zone-b", "zone-c", "broker"):
+        assert f"{name} " in status.stdout
+    assert status.stdout.count("healthy") == 5
+    pids = _pids(dev_env)
+
+    again = zs(dev_env, "dev", "up")  # harmless: nothing restarted
+    assert again.returncode == 0 and _pids(dev_env) == pids
+
+    os.kill(pids["zone-b"], signal.SIGKILL)
+    assert procs.wait_until(lambda: not procs.pid_matches(pids["zone-b"], "mariadbd"), 10)
+    crashed = zs(dev_env, "dev", "status")
+    assert crashed.returncode == 1
+    assert any(line.startswith("zone-b") and line.endswith("crashed") for line in crashed.stdout.splitlines())
+
+    healed = zs(dev_env, "dev", "up")
+    assert healed.returncode == 0, healed.stderr
+    assert "zone-b: crashed earlier" in healed.stdout
+    new = _pids(dev_env)
+    assert new["zone-b"] != pids["zone-b"] and new["zone-a"] == pids["zone-a"]
+    assert zs(dev_env, "dev", "status").returncode == 0
+
+    down = zs(dev_env, "dev", "down")
+    assert down.returncode == 0 and "zone-b" in down.stdout
+    assert _our_processes(tmp_path) == []
+    assert "stopped" in zs(dev_env, "dev", "status").stdout
+
+
+def test_port_in_use_is_one_clear_line_and_starts_nothing(dev_env, tmp_path):
+    port = int(dev_env["ZONESYNC_BASE_PORT"]) + 2  # zone-b
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        result = zs(dev_env, "dev", "up")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"port {port} (zone-b) already in use" in lines[0] and "ZONESYNC_BASE_PORT" in lines[0]
+    assert _our_processes(tmp_path) == []
+
+
+def test_missing_java_is_one_clear_line(dev_env, tmp_path):
+    env = {**dev_env, "ZONESYNC_WITH_AIRFLOW": "1", "PATH": str(Path(sys.executable).parent)}
+    env.pop("JAVA_HOME", None)
+    result = zs(env, "dev", "up")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "zonesync: no Java runtime found (Spark needs Java 17): run `make setup` or set JAVA_HOME"
+    )
+    assert _our_processes(tmp_path) == []
+
+
+def test_state_dir_of_a_crashed_run_is_recovered(dev_env, tmp_path):
+    assert zs(dev_env, "dev", "up").returncode == 0
+    conn_port = int(dev_env["ZONESYNC_BASE_PORT"]) + 1
+    import pymysql
+
+    conn = pymysql.connect(host="127.0.0.1", port=conn_port, user="root", autocommit=True)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE survivor")
+        cur.execute("CREATE TABLE survivor.t (id INT PRIMARY KEY) ENGINE=InnoDB")
+        cur.execute("INSERT INTO survivor.t VALUES (1), (2), (3)")
+    conn.close()
+    # The whole run dies at once (power cut): every process group killed -9.
+    for pid in _pids(dev_env).values():
+        os.killpg(pid, signal.SIGKILL)
+    assert procs.wait_until(lambda: _our_processes(tmp_path) == [], 10)
+    # Garbage in one pid file and a pid file pointing at an unrelated live process.
+    run = Path(dev_env["ZONESYNC_STATE_DIR"]) / "run"
+    (run / "zone-c.json").write_text("{not json")
+    (run / "meta.json").write_text(json.dumps({"pid": os.getpid(), "marker": "--datadir=/nowhere"}))
+
+    result = zs(dev_env, "dev", "up")
+    assert result.returncode == 0, result.stderr
+    assert "crashed earlier" in result.stdout
+    assert zs(dev_env, "dev", "status").returncode == 0
+    conn = pymysql.connect(host="127.0.0.1", port=conn_port, user="root")
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM survivor.t")
+        assert cur.fetchone()[0] == 3
+    conn.close()
+
+
+def test_bad_settings_name_the_variable(dev_env):
+    result = zs({**dev_env, "ZONESYNC_ZONES": "a,B"}, "dev", "status")
+    assert result.returncode == 2
+    assert "ZONESYNC_ZONES" in result.stderr and "'B'" in result.stderr
+    result = zs({**dev_env, "ZONESYNC_BASE_PORT": "3305"}, "dev", "up")
+    assert result.returncode == 2 and "3306" in result.stderr
+
+
+@pytest.mark.slow
+def test_full_environment_with_airflow_up_then_down(dev_env, tmp_path):
+    env = {**dev_env, "ZONESYNC_WITH_AIRFLOW": "1"}
+    started = time.monotonic()
+    result = zs(env, "dev", "up", "--sample", timeout=400)
+    assert result.returncode == 0, result.stdout + result.stderr
+    status = zs(env, "dev", "status")
+    assert status.returncode == 0, status.stdout
+    for name in ("api-server", "scheduler", "dag-processor", "triggerer"):
+        assert any(line.startswith(name) and line.endswith("healthy") for line in status.stdout.splitlines())
+    assert "Airflow UI: http://127.0.0.1:" in result.stdout and "login: admin" in result.stdout
+    assert time.monotonic() - started < 400
+    down = zs(env, "dev", "down")
+    assert down.returncode == 0
+    assert procs.wait_until(lambda: _our_processes(tmp_path) == [], 30), _our_processes(tmp_path)
