@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -26,18 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 ZONES = "a,b,c"
 
 
-def _free_block(count: int) -> int:
-    for _ in range(200):
-        base = random.randrange(30000, 60000 - count)
-        if all(procs.port_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError("no block of free ports found for the test zones")
-
-
 def _make_test_config() -> config.EnvConfig:
     state = Path(tempfile.mkdtemp(prefix="zonesync-test-"))
     names = ZONES.split(",")
-    base = _free_block(len(names) + 2)
+    base = procs.free_port_block(len(names) + 2)
     return config.load(
         {
             "ZONESYNC_STATE_DIR": str(state),

@@ -20,16 +20,10 @@ pytestmark = pytest.mark.e2e
 ZONESYNC = str(Path(sys.executable).parent / "zonesync")
 
 
-def _block(count: int) -> int:
-    from tests.conftest import _free_block
-
-    return _free_block(count)
-
-
 @pytest.fixture
 def dev_env(tmp_path):
     """A private environment for one test: its own state dir and ports; torn down after."""
-    base = _block(6)
+    base = procs.free_port_block(6)
     env = {
         **os.environ,
         "ZONESYNC_STATE_DIR": str(tmp_path / "state"),

@@ -103,6 +103,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_port_block(count: int, lo: int = 30000, hi: int = 60000) -> int:
+    """The first port of `count` consecutive free ports (for private test/bench envs)."""
+    import random
+
+    for _ in range(200):
+        base = random.randrange(lo, hi - count)
+        if all(port_free(base + i) for i in range(count)):
+            return base
+    raise PortInUse(f"no block of {count} free ports found between {lo} and {hi}")
+
+
 def require_free_port(port: int, what: str, env_var: str) -> None:
     if not port_free(port):
         raise PortInUse(

@@ -1,0 +1,32 @@
+"""Run every benchmark and print the table of ratios (see bench/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import foundation
+from bench.harness import BenchEnv, print_table
+
+SUITES = {"foundation": foundation.run}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make bench")
+    parser.add_argument("suites", nargs="*", default=list(SUITES), help=f"any of: {', '.join(SUITES)}")
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.suites if s not in SUITES]
+    if unknown:
+        parser.error(f"unknown suite {', '.join(unknown)}: choose from {', '.join(SUITES)}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="zonesync-bench-") as tmp, BenchEnv(Path(tmp)) as env:
+        for name in args.suites:
+            rows += SUITES[name](env)
+    print_table(rows)
+    return 0 if all(r.met for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""A private environment for benchmarks and the result table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from zonesync import config
+from zonesync.dev import env as dev_env
+from zonesync.dev import procs
+
+
+@dataclass
+class Row:
+    name: str
+    value: float
+    baseline: float
+    unit: str
+    target: float  # required value/baseline ratio (higher is better)
+    baseline_name: str
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.baseline if self.baseline else float("inf")
+
+    @property
+    def met(self) -> bool:
+        return self.ratio >= self.target
+
+
+class BenchEnv:
+    """Zones and broker on free ports in a temp dir (no Airflow), torn down on exit."""
+
+    def __init__(self, root: Path):
+        base = procs.free_port_block(5)
+        self.cfg = config.load(
+            {"ZONESYNC_STATE_DIR": str(root), "ZONESYNC_BASE_PORT": str(base), "ZONESYNC_WITH_AIRFLOW": "0"}
+        )
+
+    def __enter__(self):
+        dev_env.up_databases(self.cfg)
+        dev_env.up_broker(self.cfg)
+        dev_env.load_sample_schema(self.cfg)
+        self.instances = {i.name.removeprefix("zone-"): i for i in dev_env.instances(self.cfg)}
+        return self
+
+    def __exit__(self, *exc):
+        dev_env.down(self.cfg)
+
+
+def print_table(rows: list[Row]) -> None:
+    header = f"{'benchmark':<44} {'zonesync':>14} {'baseline':>14}  {'ratio':>6}  {'target':>7}  met"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r.name:<44} {r.value:>10.0f} {r.unit:<3} {r.baseline:>10.0f} {r.unit:<3}  {r.ratio:>5.2f}x  "
+            f">={r.target:<4.2f}x  {'yes' if r.met else 'NO'}"
+        )
+    for r in rows:
+        print(f"  {r.name}: baseline = {r.baseline_name}")
