@@ -66,9 +66,18 @@ def zones(test_cfg):
     from zonesync.dev import env
 
     env.up_databases(test_cfg)
+    env.up_meta(test_cfg)
     env.load_sample_schema(test_cfg)
     instances = {i.name.removeprefix("zone-"): i for i in env.instances(test_cfg)}
     yield instances
+
+
+@pytest.fixture(scope="session")
+def meta(zones, test_cfg):
+    """The migrated meta store of the test env (zones a, b, c registered)."""
+    from zonesync.dev import env
+
+    return env.meta_config(test_cfg)
 
 
 @pytest.fixture(scope="session")

@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     topic.add_argument("topic")
     topic.add_argument("--partitions", type=int, default=8)
     topic.set_defaults(func=cmd_dev_topic)
+
+    from zonesync import cli_meta
+
+    cli_meta.register(sub)
     return parser
 
 
@@ -122,13 +126,22 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as exc:
         print(f"zonesync: {exc}", file=sys.stderr)
         return 2
+    except ValueError as exc:  # RuleSetError, RuleCheckError: already one line naming the field
+        from zonesync.rules import RuleCheckError, RuleSetError
+
+        if isinstance(exc, (RuleSetError, RuleCheckError)):
+            print(f"zonesync: {exc}", file=sys.stderr)
+            return 2
+        raise
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - user-fixable errors are printed as one line
         from zonesync.airflow_api import AirflowApiError
         from zonesync.dev import broker, env, mariadb, procs
+        from zonesync.meta.db import MetaError
 
-        if isinstance(exc, (env.EnvError, mariadb.MariaDBError, procs.PortInUse, broker.BrokerError, AirflowApiError)):
+        known = (env.EnvError, mariadb.MariaDBError, procs.PortInUse, broker.BrokerError, AirflowApiError, MetaError)
+        if isinstance(exc, known):
             print(f"zonesync: {exc}", file=sys.stderr)
             return 2
         raise

@@ -84,6 +84,22 @@ def up_databases(cfg: EnvConfig) -> None:
         mariadb.start(inst, cfg.run_dir, cfg.log_dir, cfg.data_dir)
 
 
+def up_meta(cfg: EnvConfig) -> None:
+    """Bring the meta store schema up to date and register the zones (idempotent)."""
+    from zonesync.meta import db
+    from zonesync.meta.store import MetaStore
+
+    meta = meta_config(cfg)
+    db.migrate(meta)
+    MetaStore(meta).ensure_zones([(z.id, z.name) for z in cfg.zones], actor="zonesync dev up")
+
+
+def meta_config(cfg: EnvConfig):
+    from zonesync.meta.db import MetaConfig
+
+    return MetaConfig("127.0.0.1", cfg.meta_port, "root", "", "zonesync_meta")
+
+
 def up_broker(cfg: EnvConfig) -> None:
     _report_crashed(cfg, "broker")
     current = procs.read(cfg.run_dir, "broker")
@@ -173,6 +189,7 @@ def up(cfg: EnvConfig) -> None:
     started = time.monotonic()
     _say(f"zonesync dev up: state in {cfg.state_dir}")
     up_databases(cfg)
+    up_meta(cfg)
     up_broker(cfg)
     if cfg.with_airflow:
         up_airflow(cfg)

@@ -1,0 +1,175 @@
+"""A guarded transaction: structured writes, checked twice, committed under the lock.
+
+The guard learns a write's ZSID from the row itself: inserts carry it; updates
+and deletes name the primary key, and the guard reads the row FOR UPDATE (which
+also locks it) to find its ZSID and entity. An update that moves a row to another
+ZSID is checked for both. There is no raw-SQL write path: a write whose ZSID the
+guard cannot determine is refused, never let through.
+
+Each write is checked when issued (fail fast) and every touched row again at
+commit, under the guard's shared lock, against whatever version is current
+then, together with the lease and the deadline of the version the transaction
+started under. A commit therefore never lands after its guard acked a version
+that forbids it.
+
+The bookkeeping columns `_zs_origin` and `_zs_version` are the guard's: the
+application never passes them; the guard sets origin = this zone and a version
+that strictly increases per row (see hlc.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+from zonesync.dal.errors import TableContractError, TransactionDeadlineExceeded
+
+BOOKKEEPING = ("_zs_origin", "_zs_version")
+
+
+def _q(name: str) -> str:
+    if not name.replace("_", "").isalnum():
+        raise TableContractError(f"identifier {name!r} is not a plain SQL name")
+    return f"`{name}`"
+
+
+def load_table_meta(conn, table: str) -> tuple[list[str], list[str]]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, COLUMN_KEY FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (table,),
+        )
+        rows = cur.fetchall()
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() "
+            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+            (table,),
+        )
+        pk = [r[0] for r in cur.fetchall()]
+    conn.rollback()  # end the snapshot information_schema reads opened
+    columns = [r[0] for r in rows]
+    if not columns:
+        raise TableContractError(f"table {table!r} does not exist in the zone database")
+    if not pk:
+        raise TableContractError(f"table {table} has no primary key: replicated tables need one")
+    missing = [c for c in BOOKKEEPING if c not in columns]
+    if missing:
+        raise TableContractError(
+            f"table {table} lacks {', '.join(missing)}: add `_zs_origin SMALLINT NOT NULL DEFAULT 0, "
+            "_zs_version BIGINT NOT NULL DEFAULT 0` (docs/table-contract.md)"
+        )
+    return pk, columns
+
+
+class Transaction:
+    def __init__(self, guard, conn):
+        self.guard = guard
+        self.conn = conn
+        guard.require_synced()
+        state = guard.state
+        self.started = time.monotonic()
+        self.start_version = state.version
+        self.deadline_ms = state.deadline_ms
+        self.touched: list[tuple[str, dict]] = []
+        self.done = False
+
+    # -- writes --------------------------------------------------------------
+    def _check(self, table: str, row: dict) -> None:
+        self.guard.require_synced()
+        self.guard.state.decide(table, row)
+        self.touched.append((table, row))
+
+    def _meta(self, table: str, row_or_key: dict, what: str):
+        pk, columns = self.guard.table_meta(self.conn, table)
+        unknown = [c for c in row_or_key if c not in columns]
+        if unknown:
+            raise TableContractError(f"{what} {table}: no column {', '.join(unknown)}")
+        managed = [c for c in row_or_key if c in BOOKKEEPING]
+        if managed:
+            raise TableContractError(
+                f"{what} {table}: {', '.join(managed)} are maintained by the guard, not the caller"
+            )
+        return pk, columns
+
+    def _locked_row(self, table: str, key: dict, pk: list[str]) -> dict | None:
+        if sorted(key) != sorted(pk):
+            raise TableContractError(f"table {table}: rows are addressed by the primary key ({', '.join(pk)})")
+        where = " AND ".join(f"{_q(c)} = %s" for c in pk)
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT * FROM {_q(table)} WHERE {where} FOR UPDATE", [key[c] for c in pk])
+            row = cur.fetchone()
+            if row is None:
+                return None
+            return dict(zip([d[0] for d in cur.description], row, strict=True))
+
+    def insert(self, table: str, row: dict) -> None:
+        self._meta(table, row, "insert into")
+        self._check(table, row)
+        cols = [*row, *BOOKKEEPING]
+        values = [*row.values(), self.guard.zone_id, self.guard.clock.tick()]
+        with self.conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {_q(table)} ({', '.join(map(_q, cols))}) VALUES ({', '.join(['%s'] * len(cols))})",
+                values,
+            )
+
+    def update(self, table: str, key: dict, changes: dict) -> int:
+        pk, _ = self._meta(table, {**key, **changes}, "update")
+        if not changes:
+            return 0
+        old = self._locked_row(table, key, pk)
+        if old is None:
+            return 0
+        self._check(table, old)
+        self._check(table, {**old, **changes})  # a row moved to another ZSID must be writable there too
+        self.guard.clock.observe(int(old["_zs_version"]))
+        sets = ", ".join(f"{_q(c)} = %s" for c in changes)
+        where = " AND ".join(f"{_q(c)} = %s" for c in pk)
+        with self.conn.cursor() as cur:
+            cur.execute(
+                f"UPDATE {_q(table)} SET {sets}, `_zs_origin` = %s, `_zs_version` = GREATEST(`_zs_version` + 1, %s) "
+                f"WHERE {where}",
+                [*changes.values(), self.guard.zone_id, self.guard.clock.tick(), *[key[c] for c in pk]],
+            )
+        return 1
+
+    def delete(self, table: str, key: dict) -> int:
+        pk, _ = self._meta(table, key, "delete from")
+        old = self._locked_row(table, key, pk)
+        if old is None:
+            return 0
+        self._check(table, old)
+        where = " AND ".join(f"{_q(c)} = %s" for c in pk)
+        with self.conn.cursor() as cur:
+            cur.execute(f"DELETE FROM {_q(table)} WHERE {where}", [key[c] for c in pk])
+        return 1
+
+    def query(self, sql: str, params=None) -> list[tuple]:
+        """Reads only: anything but SELECT goes through insert/update/delete."""
+        if not sql.lstrip().lower().startswith("select"):
+            raise TableContractError("query() runs SELECT only: write with insert(), update() or delete()")
+        with self.conn.cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+    # -- end -----------------------------------------------------------------
+    def commit(self) -> None:
+        """Recheck everything under the shared lock, then COMMIT before releasing it."""
+        with self.guard.lock.shared():
+            self.guard.require_synced()
+            elapsed_ms = (time.monotonic() - self.started) * 1000
+            if self.touched and self.deadline_ms and elapsed_ms > self.deadline_ms:
+                raise TransactionDeadlineExceeded(elapsed_ms, self.deadline_ms, self.start_version)
+            state = self.guard.state
+            for table, row in self.touched:
+                state.decide(table, row)
+            self.conn.commit()
+            self.done = True
+
+    def rollback(self) -> None:
+        if not self.done:
+            try:
+                self.conn.rollback()
+            except Exception:  # noqa: BLE001 - the connection may be gone; nothing to undo then
+                pass
+            self.done = True

@@ -1,0 +1,1 @@
+"""The meta store (PiMMS / Global Meta): zones, rule versions, guards, entities, audit."""

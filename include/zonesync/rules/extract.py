@@ -1,0 +1,66 @@
+"""ZSID extraction and owner lookup: the two questions the guard asks per write.
+
+`zsid_of(table, row)` turns a row into its ZSID with the table's declared
+function; `RuleIndex.rule_for(zsid)` finds the rule in O(log n). Both refuse
+rather than guess: an unknown table, a missing column, a value the map does not
+list, or a ZSID no rule covers raises ZsidUnknown, and the guard refuses the
+write.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from zonesync.rules.model import Rule, RuleSet, TableSpec
+
+
+class ZsidUnknown(LookupError):
+    """The write's ZSID cannot be determined; it must not be let through."""
+
+
+def zsid_of(spec: TableSpec, row: dict, zsid_min: int = 0) -> int:
+    if spec.column not in row or row[spec.column] is None:
+        raise ZsidUnknown(f"table {spec.name}: the row has no value for {spec.column}, the column its ZSID comes from")
+    value = row[spec.column]
+    if spec.function == "modulo":
+        try:
+            return zsid_min + int(value) % int(spec.buckets or 1)
+        except (TypeError, ValueError):
+            raise ZsidUnknown(f"table {spec.name}: {spec.column}={value!r} is not an integer") from None
+    if spec.function == "map":
+        key = str(value)
+        if key not in (spec.mapping or {}):
+            raise ZsidUnknown(f"table {spec.name}: {spec.column}={value!r} is not in the table's ZSID map")
+        return spec.mapping[key]
+    for lo, hi, zsid in spec.ranges:
+        try:
+            if lo <= int(value) <= hi:
+                return zsid
+        except (TypeError, ValueError):
+            raise ZsidUnknown(f"table {spec.name}: {spec.column}={value!r} is not an integer") from None
+    raise ZsidUnknown(f"table {spec.name}: {spec.column}={value!r} falls in none of the table's ZSID ranges")
+
+
+class RuleIndex:
+    """Rules sorted by range start, for a binary search per write."""
+
+    def __init__(self, rules: RuleSet):
+        self.ruleset = rules
+        self._rules = sorted(rules.rules, key=lambda r: r.lo)
+        self._starts = [r.lo for r in self._rules]
+
+    def table(self, name: str) -> TableSpec:
+        spec = self.ruleset.tables.get(name)
+        if spec is None:
+            known = ", ".join(sorted(self.ruleset.tables)) or "none"
+            raise ZsidUnknown(f"table {name!r} has no ZSID rule (declared tables: {known}): declare it in the rules")
+        return spec
+
+    def rule_for(self, zsid: int) -> Rule:
+        i = bisect.bisect_right(self._starts, zsid) - 1
+        if i >= 0 and self._rules[i].lo <= zsid <= self._rules[i].hi:
+            return self._rules[i]
+        raise ZsidUnknown(f"ZSID {zsid} is covered by no rule")
+
+    def zsid_of(self, table: str, row: dict) -> int:
+        return zsid_of(self.table(table), row, self.ruleset.zsid_min)
