@@ -56,5 +56,7 @@ def test_check_agrees_with_trying_every_zsid_in_every_zone(rules, require_writab
 def test_every_partition_of_the_space_into_active_owners_is_accepted(owners, data):
     cuts = sorted(data.draw(st.sets(st.integers(1, SPACE - 1), max_size=len(owners) - 1)))
     edges = [0, *cuts, SPACE]
-    rules = tuple(Rule(lo, hi - 1, owners[i % len(owners)]) for i, (lo, hi) in enumerate(zip(edges, edges[1:])))
+    rules = tuple(
+        Rule(lo, hi - 1, owners[i % len(owners)]) for i, (lo, hi) in enumerate(zip(edges, edges[1:], strict=False))
+    )
     assert problems(RuleSet(0, SPACE - 1, rules), KNOWN) == []

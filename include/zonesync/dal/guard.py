@@ -44,7 +44,7 @@ from zonesync.dal.errors import GuardError, GuardNotSynced
 from zonesync.dal.hlc import HybridClock
 from zonesync.dal.rwlock import RWLock
 from zonesync.dal.state import GuardState
-from zonesync.meta.db import MetaConfig
+from zonesync.meta.db import MetaConfig, MetaError
 from zonesync.meta.guards import MISSED_BEATS_UNHEALTHY
 from zonesync.rules.model import parse
 
@@ -120,7 +120,7 @@ class Guard:
                 self._register()
                 self._sync()
                 break
-            except (pymysql.err.Error, OSError, GuardError) as exc:
+            except (pymysql.err.Error, OSError, MetaError) as exc:
                 self._drop_meta()
                 if time.monotonic() > deadline:
                     raise GuardError(f"guard for zone {self.zone} could not reach the meta store: {exc}") from None
@@ -233,8 +233,11 @@ class Guard:
                 if time.monotonic() >= next_beat:
                     self._heartbeat()
                     next_beat = time.monotonic() + self.period
-            except (pymysql.err.Error, OSError, GuardError) as exc:
+            except (pymysql.err.Error, OSError, GuardError, MetaError) as exc:
                 log.warning("guard %s: meta store sync failed: %s", self.instance_id, exc)
+                self._drop_meta()
+            except Exception:  # noqa: BLE001 - the keepalive must outlive any bug; the lease fails closed
+                log.exception("guard %s: unexpected error in keepalive", self.instance_id)
                 self._drop_meta()
 
     # -- write side ------------------------------------------------------------
@@ -284,10 +287,17 @@ class Guard:
         finally:
             self._release(conn, healthy)
 
-    def table_meta(self, conn, table: str) -> tuple[list[str], list[str]]:
-        """(primary-key columns, all columns) of `table`, checked against the table contract once."""
+    def table_meta(self, table: str) -> tuple[list[str], list[str]]:
+        """(primary-key columns, all columns) of `table`, checked against the table contract once.
+
+        Read on a connection of its own: the caller's transaction must not be touched.
+        """
         from zonesync.dal.transaction import load_table_meta
 
         if table not in self._table_meta:
-            self._table_meta[table] = load_table_meta(conn, table)
+            conn = self.zone_db.connect()
+            try:
+                self._table_meta[table] = load_table_meta(conn, table)
+            finally:
+                conn.close()
         return self._table_meta[table]

@@ -64,5 +64,10 @@ class GuardState:
                     raise WrongZone(unit, zsid, self.version, what=f"{entity[0]} {entity[1]}")
         return Decision(zsid, entity)
 
-    def recheck(self, table: str, row: dict) -> None:
-        self.decide(table, row)
+    def table_spec(self, table: str):
+        if self.index is None:
+            raise ZsidUndetermined(f"no rules published yet (version {self.version}): nothing is writable")
+        try:
+            return self.index.table(table)
+        except ZsidUnknown as exc:
+            raise ZsidUndetermined(str(exc)) from None

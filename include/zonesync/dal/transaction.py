@@ -80,7 +80,8 @@ class Transaction:
         self.touched.append((table, row))
 
     def _meta(self, table: str, row_or_key: dict, what: str):
-        pk, columns = self.guard.table_meta(self.conn, table)
+        self.guard.state.table_spec(table)  # a table without a ZSID rule is refused first
+        pk, columns = self.guard.table_meta(table)
         unknown = [c for c in row_or_key if c not in columns]
         if unknown:
             raise TableContractError(f"{what} {table}: no column {', '.join(unknown)}")
