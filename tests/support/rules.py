@@ -35,4 +35,5 @@ def rules_doc(rules=None, **changes):
 
 
 def meta_url(meta) -> str:
+    """The meta store as ZONESYNC_META_URL, for subprocesses."""
     return f"mysql://{meta.user}@{meta.host}:{meta.port}/{meta.database}"

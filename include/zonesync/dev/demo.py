@@ -46,6 +46,21 @@ def load_sample_rows(cfg: EnvConfig) -> dict[str, int]:
     return counts
 
 
+def publish_example_rules(cfg: EnvConfig) -> str:
+    """Publish examples/rules.yaml as the first rules version (once)."""
+    from zonesync.config import REPO_ROOT
+    from zonesync.meta import guards
+    from zonesync.meta.store import MetaStore
+    from zonesync.rules import load_file
+
+    meta = env.meta_config(cfg)
+    current = MetaStore(meta).rules_at()
+    if current is not None:
+        return f"zone-sharding rules: version {current[0]} in force (zonesync rules show)"
+    version = guards.push_and_wait(meta, load_file(REPO_ROOT / "examples" / "rules.yaml"), "make demo: initial split")
+    return f"zone-sharding rules: examples/rules.yaml published as version {version} (zonesync rules show)"
+
+
 def api_client(cfg: EnvConfig) -> AirflowApi:
     user = os.environ.get("ZONESYNC_AIRFLOW_USER", airflow_env.ADMIN_USER)
     password = os.environ.get("ZONESYNC_AIRFLOW_PASSWORD") or airflow_env.admin_password(cfg) or ""
@@ -59,6 +74,7 @@ def run(cfg: EnvConfig) -> int:
     env.load_sample_schema(cfg)
     counts = load_sample_rows(cfg)
     print(f"sample rows loaded: {', '.join(f'zone {z}: {c} orders' for z, c in counts.items())}")
+    print(publish_example_rules(cfg))
 
     api = api_client(cfg)
     api.wait_for_dag("zone_inventory")

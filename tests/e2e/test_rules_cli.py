@@ -1,0 +1,103 @@
+"""`zonesync rules | meta | guards` as an operator uses them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.rules import BASE, meta_url
+from zonesync.meta import db
+from zonesync.meta.store import MetaStore
+
+pytestmark = pytest.mark.e2e
+
+ZS = str(Path(sys.executable).parent / "zonesync")
+
+
+@pytest.fixture
+def run(meta):
+    env = {**os.environ, "ZONESYNC_META_URL": meta_url(meta)}
+
+    def zs(*args):
+        return subprocess.run([ZS, *args], env=env, capture_output=True, text=True, timeout=60)
+
+    return zs
+
+
+def write(tmp_path, doc, name="rules.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc) if isinstance(doc, dict) else doc)
+    return str(path)
+
+
+def test_check_apply_show_diff(run, tmp_path, meta):
+    first = write(tmp_path, BASE)
+    assert run("rules", "check", first).returncode == 0
+    applied = run("rules", "apply", first, "--reason", "cli test baseline")
+    assert applied.returncode == 0, applied.stderr
+    v1 = MetaStore(meta).head()
+    moved = {**BASE, "rules": [{"zsids": "0-99", "zone": "b"}, {"zsids": "100-399", "zone": "a"}, *BASE["rules"][1:]]}
+    assert run("rules", "apply", write(tmp_path, moved, "r2.yaml"), "--reason", "move 0-99").returncode == 0
+    v2 = MetaStore(meta).head()
+    shown = run("rules", "show")
+    assert shown.returncode == 0 and f"# rules version {v2}" in shown.stdout
+    assert yaml.safe_load(shown.stdout)["rules"][0] == {"zsids": "0-99", "zone": "b", "status": "ACTIVE"}
+    old = run("rules", "show", "--version", str(v1), "--json")
+    assert '"zsids": "0-399"' in old.stdout
+    diff = run("rules", "diff", str(v1), str(v2))
+    assert diff.stdout.strip() == "ZSIDs 0-99: a ACTIVE -> b ACTIVE"
+    history = run("rules", "show", "--history")
+    assert "move 0-99" in history.stdout and "cli test baseline" in history.stdout
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("rules: [\n", "not valid YAML at line"),
+        (yaml.safe_dump({**BASE, "rules": [{"zsids": "0-1023", "zone": "Zed"}]}), "rules[0].zone"),
+        (yaml.safe_dump({**BASE, "rules": [{"zsids": "0-1023", "zone": "q"}]}), "owner zone q is not a known zone"),
+        (
+            yaml.safe_dump({**BASE, "rules": [{"zsids": "0-500", "zone": "a"}, {"zsids": "400-1023", "zone": "b"}]}),
+            "ZSIDs 400-500: covered by more than one rule (zones a, b)",
+        ),
+        (yaml.safe_dump({**BASE, "rules": [{"zsids": "0-500", "zone": "a"}]}), "ZSIDs 501-1023: no rule covers them"),
+    ],
+)
+def test_bad_rule_files_are_one_line_and_change_nothing(run, tmp_path, meta, content, words):
+    head = MetaStore(meta).head()
+    path = write(tmp_path, content)
+    for args in (("rules", "check", path), ("rules", "apply", path, "--reason", "bad")):
+        result = run(*args)
+        assert result.returncode == 2, result.stdout
+        assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert MetaStore(meta).head() == head
+
+
+def test_apply_requires_a_reason_and_show_unknown_version(run, tmp_path):
+    result = run("rules", "apply", write(tmp_path, BASE))
+    assert result.returncode == 2 and "--reason" in result.stderr
+    missing = run("rules", "show", "--version", "999999")
+    assert missing.returncode == 2 and "version 999999 does not exist" in missing.stderr
+
+
+def test_migrations_are_idempotent_and_resume(meta):
+    assert db.migrate(meta) == []  # already current
+    with meta.connect().cursor() as cur:  # a migration that crashed before being recorded
+        cur.execute("DELETE FROM schema_migrations WHERE version = 1")
+    assert db.migrate(meta) == [1]
+    assert db.migrate(meta) == []
+    assert set(MetaStore(meta).zones()) == {"a", "b", "c"}
+
+
+def test_unreachable_meta_store_is_one_line(tmp_path):
+    env = {**os.environ, "ZONESYNC_META_URL": "mysql://root@127.0.0.1:1/zonesync_meta"}
+    result = subprocess.run([ZS, "guards"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "unreachable" in result.stderr
+    bad = {**env, "ZONESYNC_META_URL": "postgres://x"}
+    result = subprocess.run([ZS, "guards"], env=bad, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "ZONESYNC_META_URL must look like" in result.stderr
