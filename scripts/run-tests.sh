@@ -4,7 +4,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check . || exit 1
-.venv/bin/ruff format --check . >/dev/null || { echo "run-tests: ruff format would change files: run make format" >&2; exit 1; }
+.venv/bin/ruff format --check . || { echo "run-tests: ruff format would change files: run make format" >&2; exit 1; }
 .venv/bin/python -m pytest -q "$@"
 rc=$?
 if [ $rc -eq 5 ]; then
