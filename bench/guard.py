@@ -65,6 +65,7 @@ def _guarded(env: BenchEnv) -> float:
 
 def run(env: BenchEnv) -> list[Row]:
     dev_env.up_meta(env.cfg)
+    dev_env.up_zone_bookkeeping(env.cfg)
     baseline = _raw(env)
     return [
         Row(

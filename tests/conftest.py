@@ -67,6 +67,7 @@ def zones(test_cfg):
 
     env.up_databases(test_cfg)
     env.up_meta(test_cfg)
+    env.up_zone_bookkeeping(test_cfg)
     env.load_sample_schema(test_cfg)
     instances = {i.name.removeprefix("zone-"): i for i in env.instances(test_cfg)}
     yield instances

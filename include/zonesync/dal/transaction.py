@@ -26,6 +26,13 @@ from zonesync.dal.errors import TableContractError, TransactionDeadlineExceeded
 BOOKKEEPING = ("_zs_origin", "_zs_version")
 
 
+def tombstone_key(row: dict, pk: list[str]) -> str:
+    """The primary key as appliers key tombstones and locks (capture.event.pk_text)."""
+    from zonesync.capture.event import encode_row, pk_text
+
+    return pk_text(encode_row({c: row[c] for c in pk}))
+
+
 def _q(name: str) -> str:
     if not name.replace("_", "").isalnum():
         raise TableContractError(f"identifier {name!r} is not a plain SQL name")
@@ -104,13 +111,20 @@ class Transaction:
             return dict(zip([d[0] for d in cur.description], row, strict=True))
 
     def insert(self, table: str, row: dict) -> None:
-        self._meta(table, row, "insert into")
+        pk, _ = self._meta(table, row, "insert into")
         self._check(table, row)
+        missing = [c for c in pk if c not in row]
+        if missing:
+            raise TableContractError(f"insert into {table}: the row lacks primary-key column(s) {', '.join(missing)}")
         cols = [*row, *BOOKKEEPING]
-        values = [*row.values(), self.guard.zone_id, self.guard.clock.tick()]
+        # A row deleted earlier left a tombstone: the new row's version must outrank it,
+        # or appliers elsewhere would take the insert for a late replay and drop it.
+        values = [*row.values(), self.guard.zone_id, self.guard.clock.tick(), table, tombstone_key(row, pk)]
+        marks = ", ".join(["%s"] * len(row))
         with self.conn.cursor() as cur:
             cur.execute(
-                f"INSERT INTO {_q(table)} ({', '.join(map(_q, cols))}) VALUES ({', '.join(['%s'] * len(cols))})",
+                f"INSERT INTO {_q(table)} ({', '.join(map(_q, cols))}) VALUES ({marks}, %s, GREATEST(%s, "
+                "COALESCE((SELECT version + 1 FROM zonesync.tombstones WHERE table_name = %s AND pk = %s), 0)))",
                 values,
             )
 
@@ -143,6 +157,12 @@ class Transaction:
         where = " AND ".join(f"{_q(c)} = %s" for c in pk)
         with self.conn.cursor() as cur:
             cur.execute(f"DELETE FROM {_q(table)} WHERE {where}", [key[c] for c in pk])
+            # The same tombstone appliers leave elsewhere: no replay of an older image revives it here.
+            cur.execute(
+                "INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES (%s, %s, %s) "
+                "ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version)), deleted_at = NOW(6)",
+                (table, tombstone_key(old, pk), int(old["_zs_version"]) + 1),
+            )
         return 1
 
     def query(self, sql: str, params=None) -> list[tuple]:

@@ -170,17 +170,32 @@ def _airflow_ready(cfg: EnvConfig, running: dict[str, procs.Managed]) -> bool:
     return all((doc.get(p) or {}).get("status") == "healthy" for p in parts)
 
 
+ZONE_BOOKKEEPING = REPO_ROOT / "include" / "sql" / "zone"
+
+
+def _run_sql_file(inst: mariadb.Instance, path: Path) -> None:
+    lines = [line for line in path.read_text().splitlines() if not line.strip().startswith("--")]
+    statements = [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    conn = inst.connect()
+    try:
+        with conn.cursor() as cur:
+            for stmt in statements:
+                cur.execute(stmt)
+    finally:
+        conn.close()
+
+
+def up_zone_bookkeeping(cfg: EnvConfig) -> None:
+    """The `zonesync` database in every zone: apply state, tombstones, row locks (idempotent)."""
+    for inst in instances(cfg)[1:]:
+        for path in sorted(ZONE_BOOKKEEPING.glob("*.sql")):
+            _run_sql_file(inst, path)
+
+
 def load_sample_schema(cfg: EnvConfig) -> None:
     """Load include/sql/sample_app.sql into every zone (idempotent DDL)."""
-    statements = [s.strip() for s in SAMPLE_SCHEMA.read_text().split(";") if s.strip()]
     for inst in instances(cfg)[1:]:
-        conn = inst.connect()
-        try:
-            with conn.cursor() as cur:
-                for stmt in statements:
-                    cur.execute(stmt)
-        finally:
-            conn.close()
+        _run_sql_file(inst, SAMPLE_SCHEMA)
 
 
 def up(cfg: EnvConfig) -> None:
@@ -190,6 +205,7 @@ def up(cfg: EnvConfig) -> None:
     _say(f"zonesync dev up: state in {cfg.state_dir}")
     up_databases(cfg)
     up_meta(cfg)
+    up_zone_bookkeeping(cfg)
     up_broker(cfg)
     if cfg.with_airflow:
         up_airflow(cfg)

@@ -1,0 +1,1 @@
+"""Apply: Kafka -> a zone's database (the applier)."""

@@ -1,0 +1,298 @@
+"""The applier (PiDTS apply, Otter's load): other zones' topics -> this zone.
+
+Protocol:
+
+1. Position: zonesync.apply_state in the target zone, per (source zone,
+   partition): the applied LSN and the Kafka offset it came from. Partitions
+   are assigned at offset + 1 (the broker restarted empty: from its start);
+   consumer-group offsets are never used. Halted partitions stay halted.
+2. Low-latency loop: block on poll() for the first message (returns at once
+   when one arrives), then drain what is already fetched; never wait out a
+   batch timeout while idle.
+3. Continuity (continuity.py): per partition, skip what is applied, accept the
+   successor chain, and on a gap accept nothing more from that partition, ask
+   the source's replicator for a resend (a row in meta), ask again after
+   `resend_timeout`, and after `max_resends` halt the partition with an alert
+   (seed: 停止复制 + 报警). A resend the replicator cannot serve halts at once.
+4. Apply: each partition's accepted chain is one transaction (writer.py):
+   merged per key, version-guarded, data-locked, with its position. Partitions
+   are applied in parallel on `workers` connections; per-key order holds since
+   a key has one partition and a partition is applied by one worker at a time.
+5. Lag per (source, partition) goes to meta every second; `zonesync lag`.
+
+Any error (zone down, broker gone) drops the consumer and the connections and
+starts again from step 1: what was committed is exactly what apply_state says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from zonesync import transport
+from zonesync.apply.continuity import PartitionState, filter_chain
+from zonesync.apply.writer import ZoneWriter
+from zonesync.capture.event import ChangeEvent, EventError
+from zonesync.meta.db import MetaConfig
+
+log = logging.getLogger("zonesync.applier")
+
+
+class Applier:
+    def __init__(
+        self,
+        zone: str,
+        sources: list[str],
+        writer_factory,
+        meta: MetaConfig,
+        partitions: int,
+        bootstrap=transport.bootstrap,
+        workers: int = 4,
+        resend_timeout: float = 3.0,
+        max_resends: int = 3,
+        max_batch: int = 2000,
+    ):
+        self.zone = zone
+        self.sources = sources
+        self.writer_factory = writer_factory
+        self.meta = meta
+        self.partitions = partitions
+        self.bootstrap = bootstrap
+        self.workers = workers
+        self.resend_timeout = resend_timeout
+        self.max_resends = max_resends
+        self.max_batch = max_batch
+        self.stopping = False
+        self.applied = 0
+        self.state: dict[tuple[str, int], PartitionState] = {}
+        self._local = threading.local()
+        self._writers: list[ZoneWriter] = []
+        self._last_commit_ts: dict[tuple[str, int], int] = {}
+        self._offsets: dict[tuple[str, int], int] = {}
+
+    # -- meta side -----------------------------------------------------------
+    def _meta_exec(self, sql: str, args) -> None:
+        conn = self.meta.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+        finally:
+            conn.close()
+
+    def alert(self, kind: str, detail: dict) -> None:
+        log.error("ALERT %s in zone %s: %s", kind, self.zone, detail)
+        self._meta_exec(
+            "INSERT INTO alerts (zone, kind, detail) VALUES (%s, %s, %s)",
+            (self.zone, kind, json.dumps(detail, default=str)),
+        )
+
+    def _request_resend(self, source: str, partition: int, from_lsn: int) -> None:
+        self._meta_exec(
+            "INSERT INTO resend_requests (source_zone, target_zone, partition_no, from_lsn) VALUES (%s, %s, %s, %s)",
+            (source, self.zone, partition, from_lsn),
+        )
+
+    def _resend_failed(self, source: str, partition: int, from_lsn: int) -> str | None:
+        conn = self.meta.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT detail FROM resend_requests WHERE source_zone = %s AND target_zone = %s AND "
+                    "partition_no = %s AND from_lsn = %s AND status = 'failed' LIMIT 1",
+                    (source, self.zone, partition, from_lsn),
+                )
+                row = cur.fetchone()
+                return row[0] if row else None
+        finally:
+            conn.close()
+
+    # -- workers -------------------------------------------------------------
+    def _writer(self) -> ZoneWriter:
+        w = getattr(self._local, "writer", None)
+        if w is None:
+            w = self.writer_factory()
+            self._local.writer = w
+            self._writers.append(w)
+        return w
+
+    def _close_writers(self) -> None:
+        for w in self._writers:
+            w.close()
+        self._writers.clear()
+        self._local = threading.local()
+
+    # -- the loop ------------------------------------------------------------
+    def run(self, max_seconds: float | None = None) -> None:
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        while not self.stopping and (deadline is None or time.monotonic() < deadline):
+            try:
+                self._pass(deadline)
+            except Exception as exc:  # noqa: BLE001 - any failure: re-read state and start over
+                if self.stopping:
+                    break
+                log.warning("applier %s: %s: restarting from apply_state", self.zone, exc)
+                self._close_writers()
+                time.sleep(0.5)
+        self._close_writers()
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def _load_state(self) -> None:
+        recorded = self._writer().state()
+        self.state = {}
+        self._offsets = {}
+        for source in self.sources:
+            for p in range(self.partitions):
+                lsn, offset, status = recorded.get((source, p), (0, -1, "running"))
+                self.state[(source, p)] = PartitionState(applied_lsn=lsn, halted=status == "halted")
+                self._offsets[(source, p)] = offset
+
+    def _pass(self, deadline: float | None) -> None:
+        self._load_state()
+        consumer = Consumer(transport.consumer_config(self.bootstrap(), f"zonesync-apply-{self.zone}"))
+        assignment = [
+            TopicPartition(
+                transport.topic(s), p, self._offsets[(s, p)] + 1 if self._offsets[(s, p)] >= 0 else OFFSET_BEGINNING
+            )
+            for (s, p), st in self.state.items()
+            if not st.halted
+        ]
+        consumer.assign(assignment)
+        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"apply-{self.zone}")
+        last_lag = 0.0
+        broker_down_since: float | None = None
+        try:
+            while not self.stopping and (deadline is None or time.monotonic() < deadline):
+                first = consumer.poll(0.05)
+                msgs = [first] if first is not None else []
+                if first is not None:
+                    msgs += consumer.consume(num_messages=self.max_batch, timeout=0)
+                by_partition: dict[tuple[str, int], list[tuple[ChangeEvent, int]]] = {}
+                for msg in msgs:
+                    if msg.error():
+                        code = msg.error().code()
+                        if code in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+                            broker_down_since = broker_down_since or time.monotonic()
+                        continue
+                    broker_down_since = None
+                    source = msg.topic().split(".")[1]
+                    key = (source, msg.partition())
+                    st = self.state.get(key)
+                    if st is None or st.halted:
+                        continue
+                    try:
+                        event = ChangeEvent.from_json(msg.value())
+                    except EventError as exc:
+                        self._halt(consumer, key, f"malformed event at offset {msg.offset()}: {exc}")
+                        continue
+                    by_partition.setdefault(key, []).append((event, msg.offset()))
+                if broker_down_since and time.monotonic() - broker_down_since > 5:
+                    raise RuntimeError("broker unreachable for 5 s: reconnecting with a fresh bootstrap")
+                jobs, gaps = {}, {}
+                for key, items in by_partition.items():
+                    filtered = filter_chain(self.state[key].applied_lsn, items)
+                    if filtered.accepted:
+                        jobs[key] = filtered.accepted
+                    if filtered.gap:
+                        gaps[key] = filtered.gap
+                if jobs:
+                    futures = {key: pool.submit(self._apply_one, key, chain) for key, chain in jobs.items()}
+                    for fut in futures.values():
+                        fut.result()  # re-raises: the pass restarts from apply_state
+                for key in jobs:  # progress: an earlier gap was repaired
+                    self.state[key].gap_since = None
+                    self.state[key].resend_attempts = 0
+                for key, st in self.state.items():  # new gaps, and old ones still open
+                    if not st.halted and (key in gaps or st.gap_since is not None):
+                        self._on_gap(consumer, key, gaps.get(key))
+                now = time.monotonic()
+                if now - last_lag >= 1.0:
+                    last_lag = now
+                    self._report_lag(consumer)
+        finally:
+            pool.shutdown(wait=True)
+            consumer.close()
+
+    def _apply_one(self, key: tuple[str, int], chain: list[tuple[ChangeEvent, int]]) -> None:
+        source, partition = key
+        events = [e for e, _ in chain]
+        result = self._writer().apply(source, partition, events, chain[-1][1])
+        st = self.state[key]
+        st.applied_lsn = events[-1].lsn
+        self._offsets[key] = chain[-1][1]
+        self._last_commit_ts[key] = events[-1].commit_ts
+        self.applied += result.applied
+        for table, pk, reason in result.locked:
+            self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
+
+    def _on_gap(self, consumer, key, gap) -> None:
+        source, partition = key
+        st = self.state[key]
+        now = time.monotonic()
+        if st.gap_since is None:
+            st.gap_since = now
+            log.warning(
+                "applier %s: gap in %s/%s after LSN %s (got prev_lsn %s): asking for a resend",
+                self.zone,
+                source,
+                partition,
+                st.applied_lsn,
+                gap[1] if gap else "?",
+            )
+        failed = self._resend_failed(source, partition, st.applied_lsn) if st.resend_attempts else None
+        if failed:
+            self._halt(consumer, key, f"resend from LSN {st.applied_lsn} impossible: {failed}")
+            return
+        if st.resend_attempts == 0 or now - st.last_request >= self.resend_timeout:
+            if st.resend_attempts >= self.max_resends:
+                self._halt(consumer, key, f"gap after LSN {st.applied_lsn} not repaired by {self.max_resends} resends")
+                return
+            self._request_resend(source, partition, st.applied_lsn)
+            st.resend_attempts += 1
+            st.last_request = now
+
+    def _halt(self, consumer, key, detail: str) -> None:
+        source, partition = key
+        st = self.state[key]
+        st.halted = True
+        consumer.pause([TopicPartition(transport.topic(source), partition)])
+        self._writer().halt(source, partition, detail)
+        self.alert(
+            "partition_halted",
+            {"source": source, "partition": partition, "applied_lsn": st.applied_lsn, "detail": detail},
+        )
+
+    def _report_lag(self, consumer) -> None:
+        rows = []
+        now = time.time()
+        for (source, partition), st in self.state.items():
+            try:
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(transport.topic(source), partition), timeout=0.5, cached=False
+                )
+            except Exception:  # noqa: BLE001 - lag is best effort
+                continue
+            behind = max(0, high - (self._offsets.get((source, partition), -1) + 1))
+            last_ts = self._last_commit_ts.get((source, partition))
+            seconds = 0.0 if behind == 0 or last_ts is None else max(0.0, now - last_ts)
+            rows.append((source, self.zone, partition, st.applied_lsn, behind, seconds))
+        if not rows:
+            return
+        conn = self.meta.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO apply_lag (source_zone, target_zone, partition_no, applied_lsn, behind_events, "
+                    "behind_seconds) VALUES (%s,%s,%s,%s,%s,%s) ON DUPLICATE KEY UPDATE applied_lsn = "
+                    "VALUES(applied_lsn), behind_events = VALUES(behind_events), behind_seconds = "
+                    "VALUES(behind_seconds)",
+                    rows,
+                )
+        finally:
+            conn.close()

@@ -1,0 +1,259 @@
+"""Applying one partition's batch to the target zone, as one transaction.
+
+Within a single transaction, on a session marked skip_replication (so the
+source's replicator never publishes what we write: no loops):
+
+1. merge the batch per primary key;
+2. read the target rows FOR UPDATE, their tombstones and their locks;
+3. decide per row (decide.py): upsert, delete + tombstone, tombstone, skip, lock;
+4. write: multi-row upserts carrying the event's _zs_origin and _zs_version,
+   deletes, tombstones, new locks (and count events held by old locks);
+5. record the batch's last LSN and Kafka offset in zonesync.apply_state;
+6. commit.
+
+Because step 5 commits with the rows, a crash anywhere leaves either the
+whole batch and its position, or neither: restart re-applies from the recorded
+position, and the version checks make any overlap a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+import pymysql
+
+from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
+from zonesync.apply.merge import NetChange, merge
+from zonesync.capture.event import ChangeEvent, decode_row, encode_row, pk_text
+
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+class ApplyError(RuntimeError):
+    pass
+
+
+@dataclass
+class BatchResult:
+    applied: int = 0
+    skipped: int = 0
+    locked: list[tuple[str, str, str]] = field(default_factory=list)  # (table, pk, reason)
+
+
+def q(name: str) -> str:
+    if not IDENT.match(name):
+        raise ApplyError(f"identifier {name!r} is not a plain SQL name")
+    return f"`{name}`"
+
+
+class ZoneWriter:
+    """One connection to the target zone that applies batches."""
+
+    def __init__(self, host: str, port: int, user: str, password: str, database: str):
+        self.params = dict(host=host, port=port, user=user, password=password, database=database)
+        self.database = database
+        self.conn = None
+        self._pks: dict[str, list[str]] = {}
+
+    def connect(self):
+        if self.conn is None:
+            self.conn = pymysql.connect(
+                **self.params,
+                autocommit=False,
+                # READ COMMITTED: no gap locks, so parallel batches inserting new keys never deadlock.
+                init_command="SET time_zone = '+00:00', skip_replication = 1, tx_isolation = 'READ-COMMITTED'",
+            )
+        return self.conn
+
+    def close(self):
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except pymysql.err.Error:
+                pass
+            self.conn = None
+
+    def primary_key(self, table: str) -> list[str]:
+        if table not in self._pks:
+            with self.connect().cursor() as cur:
+                cur.execute(
+                    "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() "
+                    "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+                    (table,),
+                )
+                pk = [r[0] for r in cur.fetchall()]
+            if not pk:
+                raise ApplyError(f"table {table} is missing in zone database {self.database} or has no primary key")
+            self._pks[table] = pk
+        return self._pks[table]
+
+    def apply(self, source_zone: str, partition: int, events: list[ChangeEvent], last_offset: int) -> BatchResult:
+        """Apply a batch; a deadlock or lock-wait timeout retries the whole transaction."""
+        for attempt in range(6):
+            conn = self.connect()
+            try:
+                result = self._apply(conn, source_zone, partition, events, last_offset)
+                conn.commit()
+                return result
+            except pymysql.err.OperationalError as exc:
+                self._rollback(conn)
+                if exc.args[0] not in (1205, 1213) or attempt == 5:
+                    raise
+            except BaseException:
+                self._rollback(conn)
+                raise
+        raise ApplyError("unreachable")
+
+    def _rollback(self, conn) -> None:
+        try:
+            conn.rollback()
+        except pymysql.err.Error:
+            self.close()
+
+    def _apply(self, conn, source_zone, partition, events, last_offset) -> BatchResult:
+        result = BatchResult()
+        by_table: dict[str, list[NetChange]] = {}
+        for change in merge(events):
+            by_table.setdefault(change.table, []).append(change)
+        with conn.cursor() as cur:
+            for table, changes in by_table.items():
+                self._apply_table(cur, table, changes, result)
+            last = events[-1]
+            cur.execute(
+                "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) "
+                "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), "
+                "kafka_offset = VALUES(kafka_offset)",
+                (source_zone, partition, last.lsn, last_offset),
+            )
+        return result
+
+    def _apply_table(self, cur, table: str, changes: list[NetChange], result: BatchResult) -> None:
+        pk_cols = self.primary_key(table)
+        for change in changes:
+            if sorted(change.pk) != sorted(pk_cols):
+                raise ApplyError(f"event for {table} keyed by {sorted(change.pk)}, but its primary key is {pk_cols}")
+        keys = [tuple(decode_row(c.pk)[k] for k in pk_cols) for c in changes]
+        targets = self._read_targets(cur, table, pk_cols, keys)  # by pk text
+        texts = [c.pk_text for c in changes]
+        tombstones = self._lookup(cur, "SELECT pk, version FROM zonesync.tombstones", table, texts)
+        locks = self._lookup(cur, "SELECT pk, held_events FROM zonesync.row_locks", table, texts)
+
+        upserts: list[dict] = []
+        deletes: list[tuple] = []
+        new_tombstones: list[tuple[str, str, int]] = []
+        held: list[tuple[int, str, str]] = []
+        for change, key in zip(changes, keys, strict=True):
+            target = targets.get(change.pk_text)
+            action = decide(change, target, tombstones.get(change.pk_text), change.pk_text in locks)
+            if action.kind == SKIP:
+                result.skipped += change.events
+                if change.pk_text in locks:
+                    held.append((change.events, table, change.pk_text))
+                continue
+            if action.kind == LOCK:
+                result.locked.append((table, change.pk_text, action.reason))
+                cur.execute(
+                    "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event) VALUES (%s, %s, %s, %s) "
+                    "ON DUPLICATE KEY UPDATE held_events = held_events + 1",
+                    (table, change.pk_text, action.reason[:500], change.first_event.to_json().decode()),
+                )
+                result.skipped += change.events
+                continue
+            result.applied += change.events
+            if action.kind == UPSERT:
+                upserts.append(decode_row(change.new))
+            elif action.kind == DELETE_ROW:
+                deletes.append(key)
+                new_tombstones.append((table, change.pk_text, change.version))
+            elif action.kind == TOMBSTONE:
+                new_tombstones.append((table, change.pk_text, change.version))
+        for count, tbl, text in held:
+            cur.execute(
+                "UPDATE zonesync.row_locks SET held_events = held_events + %s WHERE table_name = %s AND pk = %s",
+                (count, tbl, text),
+            )
+        if upserts:
+            self._upsert(cur, table, upserts)
+        if deletes:
+            where = " OR ".join(["(" + " AND ".join(f"{q(c)} = %s" for c in pk_cols) + ")"] * len(deletes))
+            cur.execute(f"DELETE FROM {q(table)} WHERE {where}", [v for key in deletes for v in key])
+        if new_tombstones:
+            cur.executemany(
+                "INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES (%s, %s, %s) "
+                "ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version)), deleted_at = NOW(6)",
+                new_tombstones,
+            )
+
+    def _read_targets(self, cur, table, pk_cols, keys) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            cond = " OR ".join(["(" + " AND ".join(f"{q(c)} = %s" for c in pk_cols) + ")"] * len(chunk))
+            cur.execute(f"SELECT * FROM {q(table)} WHERE {cond} FOR UPDATE", [v for k in chunk for v in k])
+            names = [d[0] for d in cur.description]
+            for row in cur.fetchall():
+                record = encode_row(dict(zip(names, row, strict=True)))
+                out[pk_text({c: record[c] for c in pk_cols})] = record
+        return out
+
+    @staticmethod
+    def _lookup(cur, select: str, table: str, texts: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for start in range(0, len(texts), 500):
+            chunk = texts[start : start + 500]
+            cur.execute(f"{select} WHERE table_name = %s AND pk IN ({', '.join(['%s'] * len(chunk))})", [table, *chunk])
+            out.update({pk: int(v) for pk, v in cur.fetchall()})
+        return out
+
+    @staticmethod
+    def _upsert(cur, table: str, rows: list[dict]) -> None:
+        groups: dict[tuple[str, ...], list[dict]] = {}
+        for row in rows:
+            groups.setdefault(tuple(row), []).append(row)
+        for cols, group in groups.items():
+            col_sql = ", ".join(q(c) for c in cols)
+            placeholders = "(" + ", ".join(["%s"] * len(cols)) + ")"
+            updates = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in cols)
+            for start in range(0, len(group), 500):
+                chunk = group[start : start + 500]
+                cur.execute(
+                    f"INSERT INTO {q(table)} ({col_sql}) VALUES {', '.join([placeholders] * len(chunk))} "
+                    f"ON DUPLICATE KEY UPDATE {updates}",
+                    [row[c] for row in chunk for c in cols],
+                )
+
+    def state(self) -> dict[tuple[str, int], tuple[int, int, str]]:
+        """(source zone, partition) -> (applied LSN, Kafka offset, status)."""
+        conn = self.connect()
+        with conn.cursor() as cur:
+            cur.execute("SELECT source_zone, partition_no, applied_lsn, kafka_offset, status FROM zonesync.apply_state")
+            rows = cur.fetchall()
+        conn.commit()
+        return {(s, int(p)): (int(lsn), int(off), st) for s, p, lsn, off, st in rows}
+
+    def halt(self, source_zone: str, partition: int, detail: str) -> None:
+        conn = self.connect()
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset, status, "
+                "detail) VALUES (%s, %s, 0, -1, 'halted', %s) ON DUPLICATE KEY UPDATE status = 'halted', "
+                "detail = VALUES(detail)",
+                (source_zone, partition, detail[:500]),
+            )
+        conn.commit()
+
+
+def lock_list(conn) -> list[dict]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT table_name, pk, reason, held_events, locked_at, first_event FROM zonesync.row_locks")
+        rows = cur.fetchall()
+    return [
+        {"table": t, "pk": json.loads(pk), "reason": r, "held_events": int(h), "locked_at": at, "event": e}
+        for t, pk, r, h, at, e in rows
+    ]
+
+
+def text_of(pk: dict) -> str:
+    return pk_text(encode_row(pk))

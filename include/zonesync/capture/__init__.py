@@ -1,0 +1,1 @@
+"""Capture: a zone's binlog -> ChangeEvents -> Kafka (the replicator)."""

@@ -1,0 +1,108 @@
+"""Replicator checkpoints in the meta store, with their history.
+
+A checkpoint is written only after the broker acked every event up to it, at a
+commit (Xid) boundary: (log file, position after the Xid, the last LSN
+published to each partition, the highest LSN ever published). The history is
+what makes resends and replays exact: restarting from a checkpoint regenerates
+the same events with the same LSN and prev_lsn, because partition_lsns is the
+prev_lsn state at that position.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from zonesync.meta.db import MetaConfig
+
+HISTORY_KEEP = 5000
+
+
+@dataclass
+class Checkpoint:
+    zone: str
+    lsn: int
+    log_file: str
+    log_pos: int
+    partition_lsns: dict[int, int] = field(default_factory=dict)
+    published_hwm: int = 0
+
+
+def _row(zone, r) -> Checkpoint:
+    return Checkpoint(zone, int(r[0]), r[1], int(r[2]), {int(k): v for k, v in json.loads(r[3]).items()}, int(r[4]))
+
+
+COLUMNS = "lsn, log_file, log_pos, partition_lsns, published_hwm"
+
+
+class CheckpointStore:
+    def __init__(self, meta: MetaConfig, zone: str):
+        self.meta = meta
+        self.zone = zone
+        self._conn = None
+
+    def _cur(self):
+        if self._conn is None:
+            self._conn = self.meta.connect()
+        return self._conn.cursor()
+
+    def close(self):
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def save(self, cp: Checkpoint) -> None:
+        try:
+            with self._cur() as cur:
+                cur.execute(
+                    f"INSERT INTO replicator_checkpoints (zone, {COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s) "
+                    "ON DUPLICATE KEY UPDATE log_file = VALUES(log_file), log_pos = VALUES(log_pos), "
+                    "partition_lsns = VALUES(partition_lsns), published_hwm = GREATEST(published_hwm, "
+                    "VALUES(published_hwm))",
+                    (self.zone, cp.lsn, cp.log_file, cp.log_pos, json.dumps(cp.partition_lsns), cp.published_hwm),
+                )
+        except Exception:
+            self.close()
+            raise
+
+    def prune(self) -> None:
+        with self._cur() as cur:
+            cur.execute(
+                "SELECT lsn FROM replicator_checkpoints WHERE zone = %s ORDER BY lsn DESC LIMIT 1 OFFSET %s",
+                (self.zone, HISTORY_KEEP),
+            )
+            row = cur.fetchone()
+            if row:
+                # keep the first (the start of the chain) so a resend from LSN 0 stays possible
+                cur.execute(
+                    "DELETE FROM replicator_checkpoints WHERE zone = %s AND lsn <= %s AND lsn > "
+                    "(SELECT m FROM (SELECT MIN(lsn) m FROM replicator_checkpoints WHERE zone = %s) x)",
+                    (self.zone, row[0], self.zone),
+                )
+
+    def latest(self) -> Checkpoint | None:
+        with self._cur() as cur:
+            cur.execute(
+                f"SELECT {COLUMNS} FROM replicator_checkpoints WHERE zone = %s ORDER BY lsn DESC LIMIT 1", (self.zone,)
+            )
+            r = cur.fetchone()
+        return _row(self.zone, r) if r else None
+
+    def for_resend(self, partition: int, from_lsn: int) -> Checkpoint | None:
+        """The newest checkpoint from which partition's successor of `from_lsn` is re-read.
+
+        At a checkpoint whose partition_lsns[partition] <= from_lsn, every later event of
+        that partition comes after from_lsn: restarting there regenerates them all.
+        """
+        with self._cur() as cur:
+            cur.execute(f"SELECT {COLUMNS} FROM replicator_checkpoints WHERE zone = %s ORDER BY lsn DESC", (self.zone,))
+            for r in cur:
+                cp = _row(self.zone, r)
+                if cp.partition_lsns.get(partition, 0) <= from_lsn:
+                    return cp
+        return None
+
+    def history(self) -> list[Checkpoint]:
+        with self._cur() as cur:
+            cur.execute(f"SELECT {COLUMNS} FROM replicator_checkpoints WHERE zone = %s ORDER BY lsn", (self.zone,))
+            return [_row(self.zone, r) for r in cur.fetchall()]

@@ -1,0 +1,374 @@
+"""The replicator (PiDTS capture, Canal/Otter's node): one zone's binlog -> Kafka.
+
+Protocol, one pass of `run()`:
+
+1. Position: the latest checkpoint in meta, or the zone's current binlog end on
+   first start (saved at once as the chain's start, LSN 0).
+2. Read the binlog from there (file/position resume; one server_id per reader).
+   A transaction is buffered from its GTID event to its Xid, so every event
+   knows its row index and the row count of its transaction.
+3. Loop filter: transactions whose events carry the skip_replication flag
+   (0x8000) were written by an applier and are never published. The filter is
+   by session, not by the row's _zs_origin: a row last written in zone a,
+   now owned by b and deleted in b, is deleted by b's guard, so b publishes it.
+4. At Xid: each row becomes a ChangeEvent with its deterministic LSN and the
+   prev_lsn of its partition, produced with the idempotent producer.
+5. Checkpoint: every `checkpoint_interval` (or when idle), flush the producer;
+   only when the broker acked everything is the position after the last Xid
+   saved, with the per-partition last LSNs.
+6. Resend: pending requests in meta rewind the reader to the newest checkpoint
+   that re-reads the asked partition from the asked LSN; events up to the old
+   high-water mark are re-published with is_retry for the asked partitions
+   only. A checkpoint that no longer exists, or a binlog file already purged,
+   fails the request ("needs full copy").
+
+Any error (broker gone, zone restarted, a network cut, a corrupt stream) drops
+the stream and the producer and starts over from step 1: re-published events
+carry the same LSNs and appliers skip what they already have.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import pymysql
+from confluent_kafka import KafkaException, Producer
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from zonesync import transport
+from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
+from zonesync.capture.event import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    ChangeEvent,
+    encode_row,
+    file_number,
+    make_lsn,
+    pk_text,
+)
+from zonesync.meta.db import MetaConfig
+
+log = logging.getLogger("zonesync.replicator")
+SKIP_REPLICATION_FLAG = 0x8000
+BOOKKEEPING = ("_zs_origin", "_zs_version")
+
+
+class ReplicatorError(RuntimeError):
+    pass
+
+
+@dataclass
+class SourceDB:
+    host: str
+    port: int
+    user: str
+    password: str
+    schemas: list[str] = field(default_factory=lambda: ["zonesync_app"])
+
+    def settings(self) -> dict:
+        return {"host": self.host, "port": self.port, "user": self.user, "passwd": self.password}
+
+    def connect(self):
+        return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password)
+
+    def master_status(self) -> tuple[str, int]:
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW MASTER STATUS")
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        if not row:
+            raise ReplicatorError(f"binary logging is off on {self.host}:{self.port}: zones need log_bin")
+        return row[0], int(row[1])
+
+
+@dataclass
+class _Txn:
+    txn_id: str
+    skip: bool
+    rows: list[tuple[str, str, str, dict | None, dict | None, int, int]] = field(default_factory=list)
+
+
+class Replicator:
+    def __init__(
+        self,
+        zone: str,
+        zone_id: int,
+        source: SourceDB,
+        meta: MetaConfig,
+        server_id: int,
+        partitions: int,
+        bootstrap=transport.bootstrap,
+        checkpoint_interval: float = 0.1,
+        resend_poll: float = 0.25,
+    ):
+        self.zone = zone
+        self.zone_id = zone_id
+        self.source = source
+        self.meta = meta
+        self.server_id = server_id
+        self.partitions = partitions
+        self.bootstrap = bootstrap
+        self.checkpoint_interval = checkpoint_interval
+        self.resend_poll = resend_poll
+        self.store = CheckpointStore(meta, zone)
+        self.topic = transport.topic(zone)
+        self.stopping = False
+        self.published = 0
+        self._pks: dict[tuple[str, str], list[str]] = {}
+
+    # -- helpers -----------------------------------------------------------------
+    def _primary_key(self, schema: str, table: str) -> list[str]:
+        key = (schema, table)
+        if key not in self._pks:
+            conn = self.source.connect()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(
+                        "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+                        "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+                        (schema, table),
+                    )
+                    self._pks[key] = [r[0] for r in cur.fetchall()]
+            finally:
+                conn.close()
+        if not self._pks[key]:
+            raise ReplicatorError(f"table {schema}.{table} has no primary key: it cannot be replicated")
+        return self._pks[key]
+
+    def _start_checkpoint(self) -> Checkpoint:
+        cp = self.store.latest()
+        if cp is None:
+            log_file, log_pos = self.source.master_status()
+            cp = Checkpoint(self.zone, 0, log_file, log_pos, {}, 0)
+            self.store.save(cp)
+            log.info("replicator %s: first start at %s:%s", self.zone, log_file, log_pos)
+        return cp
+
+    def _pending_resends(self) -> list[tuple[int, int, int]]:
+        conn = self.meta.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT id, partition_no, from_lsn FROM resend_requests WHERE source_zone = %s "
+                    "AND status = 'pending' ORDER BY id",
+                    (self.zone,),
+                )
+                return [(int(a), int(b), int(c)) for a, b, c in cur.fetchall()]
+        finally:
+            conn.close()
+
+    def _finish_requests(self, ids: list[int], status: str, detail: str) -> None:
+        if not ids:
+            return
+        conn = self.meta.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"UPDATE resend_requests SET status = %s, detail = %s, done_at = NOW(6) "
+                    f"WHERE id IN ({', '.join(['%s'] * len(ids))})",
+                    (status, detail[:500], *ids),
+                )
+        finally:
+            conn.close()
+
+    # -- the loop ----------------------------------------------------------------
+    def run(self, max_seconds: float | None = None) -> None:
+        """Run until stop(); every failure restarts the pass from the checkpoint."""
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        while not self.stopping and (deadline is None or time.monotonic() < deadline):
+            try:
+                self._pass(deadline)
+            except Exception as exc:  # noqa: BLE001 - any failure: rebuild from the checkpoint
+                if self.stopping:
+                    break
+                log.warning("replicator %s: %s: restarting from the checkpoint", self.zone, exc)
+                self.store.close()
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def _pass(self, deadline: float | None) -> None:
+        resend_ids: list[int] = []
+        cp = self._start_checkpoint()
+        requests = self._pending_resends()
+        retry_partitions: set[int] | None = None
+        retry_until = cp.published_hwm
+        if requests:
+            starts = []
+            for rid, part, from_lsn in requests:
+                found = self.store.for_resend(part, from_lsn)
+                if found is None:
+                    self._finish_requests([rid], "failed", f"no checkpoint re-reads LSN {from_lsn}: needs full copy")
+                    continue
+                starts.append(found)
+                resend_ids.append(rid)
+            if starts:
+                retry_partitions = {p for _, p, _ in requests}
+                retry_until = max(cp.published_hwm, max((c.published_hwm for c in starts), default=0))
+                cp = min(starts, key=lambda c: c.lsn)
+                log.info(
+                    "replicator %s: resending partitions %s from %s:%s",
+                    self.zone,
+                    sorted(retry_partitions),
+                    cp.log_file,
+                    cp.log_pos,
+                )
+        partition_lsns = dict(cp.partition_lsns)
+        hwm = max(cp.published_hwm, retry_until)
+        errors: list[str] = []
+
+        def on_delivery(err, msg):
+            if err is not None:
+                errors.append(str(err))
+
+        producer = Producer(transport.producer_config(self.bootstrap()))
+        try:
+            stream = BinLogStreamReader(
+                connection_settings=self.source.settings(),
+                server_id=self.server_id,
+                resume_stream=True,
+                log_file=cp.log_file,
+                log_pos=cp.log_pos,
+                blocking=True,
+                slave_heartbeat=0.25,
+                only_events=[
+                    GtidEvent,
+                    MariadbGtidEvent,
+                    XidEvent,
+                    QueryEvent,
+                    RotateEvent,
+                    HeartbeatLogEvent,
+                    WriteRowsEvent,
+                    UpdateRowsEvent,
+                    DeleteRowsEvent,
+                ],
+                only_schemas=self.source.schemas,
+            )
+        except Exception:
+            producer.flush(5)
+            raise
+        try:
+            txn: _Txn | None = None
+            last_cp_time = time.monotonic()
+            last_request_poll = time.monotonic()
+            pending_cp: Checkpoint | None = None
+            for ev in stream:
+                if self.stopping or (deadline and time.monotonic() > deadline):
+                    break
+                log_file = stream.log_file
+                if isinstance(ev, MariadbGtidEvent | GtidEvent):
+                    gtid = getattr(ev, "gtid", None) or f"{log_file}:{ev.packet.log_pos}"
+                    txn = _Txn(str(gtid), bool(ev.packet.flags & SKIP_REPLICATION_FLAG))
+                elif isinstance(ev, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
+                    if txn is None:
+                        txn = _Txn(f"{log_file}:{ev.packet.log_pos}", False)
+                    if ev.packet.flags & SKIP_REPLICATION_FLAG or txn.skip:
+                        continue
+                    if ev.schema not in self.source.schemas:
+                        continue
+                    end_pos = ev.packet.log_pos
+                    for i, row in enumerate(ev.rows):
+                        if isinstance(ev, WriteRowsEvent):
+                            op, old, new = INSERT, None, row["values"]
+                        elif isinstance(ev, UpdateRowsEvent):
+                            op, old, new = UPDATE, row["before_values"], row["after_values"]
+                        else:
+                            op, old, new = DELETE, row["values"], None
+                        txn.rows.append((ev.schema, ev.table, op, old, new, end_pos, i))
+                elif isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() == "COMMIT"):
+                    if txn is not None and txn.rows and not txn.skip:
+                        fno = file_number(log_file)
+                        count = len(txn.rows)
+                        for index, (schema, table, op, old, new, end_pos, i) in enumerate(txn.rows):
+                            image = new if new is not None else old
+                            pk_cols = self._primary_key(schema, table)
+                            pk = {c: image[c] for c in pk_cols}
+                            enc_pk = encode_row(pk)
+                            partition = transport.partition_of(table, pk_text(enc_pk), self.partitions)
+                            lsn = make_lsn(fno, end_pos, i)
+                            event = ChangeEvent(
+                                lsn=lsn,
+                                prev_lsn=partition_lsns.get(partition, 0),
+                                source_zone=self.zone,
+                                origin_zone=int(image.get("_zs_origin") or self.zone_id),
+                                table=table,
+                                pk=enc_pk,
+                                op=op,
+                                old=encode_row(old),
+                                new=encode_row(new),
+                                # a delete's version is the deleted row's + 1: its tombstone
+                                # outranks every earlier image of the row
+                                version=int(image.get("_zs_version") or 0) + (1 if op == DELETE else 0),
+                                txn_id=txn.txn_id,
+                                row_index=index,
+                                row_count=count,
+                                commit_ts=int(ev.timestamp),
+                                partition=partition,
+                                is_retry=lsn <= hwm,
+                            )
+                            partition_lsns[partition] = lsn
+                            if event.is_retry and retry_partitions is not None and partition not in retry_partitions:
+                                continue
+                            self._produce(producer, event, on_delivery)
+                            hwm = max(hwm, lsn)
+                    txn = None
+                    pending_cp = Checkpoint(
+                        self.zone,
+                        max(partition_lsns.values(), default=0),
+                        log_file,
+                        ev.packet.log_pos,
+                        dict(partition_lsns),
+                        hwm,
+                    )
+                if errors:
+                    raise ReplicatorError(f"broker refused events: {errors[0]}")
+                now = time.monotonic()
+                idle = isinstance(ev, HeartbeatLogEvent)
+                if pending_cp and (idle or now - last_cp_time >= self.checkpoint_interval):
+                    self._checkpoint(producer, pending_cp, errors)
+                    pending_cp = None
+                    last_cp_time = now
+                    if resend_ids and hwm >= retry_until:
+                        self._finish_requests(resend_ids, "done", f"resent up to LSN {hwm}")
+                        resend_ids = []
+                        retry_partitions = None
+                if now - last_request_poll >= self.resend_poll and txn is None:
+                    last_request_poll = now
+                    if self._pending_resends():
+                        if pending_cp:
+                            self._checkpoint(producer, pending_cp, errors)
+                        return  # start a new pass that rewinds for the request
+            if pending_cp:
+                self._checkpoint(producer, pending_cp, errors)
+        finally:
+            stream.close()
+            producer.flush(10)
+
+    def _produce(self, producer: Producer, event: ChangeEvent, on_delivery) -> None:
+        payload = event.to_json()
+        key = f"{event.table}:{pk_text(event.pk)}".encode()
+        while True:
+            try:
+                producer.produce(self.topic, value=payload, key=key, partition=event.partition, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+            except KafkaException as exc:
+                raise ReplicatorError(f"produce failed: {exc}") from exc
+        producer.poll(0)
+        self.published += 1
+
+    def _checkpoint(self, producer: Producer, cp: Checkpoint, errors: list[str]) -> None:
+        remaining = producer.flush(15)
+        if remaining or errors:
+            raise ReplicatorError(f"broker did not ack {remaining} events ({errors[:1]}): checkpoint not advanced")
+        self.store.save(cp)

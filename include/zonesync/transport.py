@@ -1,0 +1,73 @@
+"""Kafka addressing shared by replicators and appliers.
+
+Bootstrap servers come from ZONESYNC_KAFKA_BOOTSTRAP (a real cluster), or from
+the dev broker's info file (ZONESYNC_KAFKA_BOOTSTRAP_FILE, default
+<state dir>/broker.json). The file is re-read whenever a client is rebuilt, so
+workers follow a dev broker that restarted on new ports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+
+from zonesync import config
+
+
+class TransportError(RuntimeError):
+    pass
+
+
+def topic(zone: str) -> str:
+    return f"zonesync.{zone}.changes"
+
+
+def bootstrap(env: dict | None = None) -> str:
+    env = dict(os.environ if env is None else env)
+    if env.get("ZONESYNC_KAFKA_BOOTSTRAP"):
+        return env["ZONESYNC_KAFKA_BOOTSTRAP"]
+    path = Path(env.get("ZONESYNC_KAFKA_BOOTSTRAP_FILE") or config.load(env).broker_file)
+    try:
+        return json.loads(path.read_text())["bootstrap"]
+    except (FileNotFoundError, ValueError, KeyError):
+        raise TransportError(
+            f"no Kafka bootstrap: set ZONESYNC_KAFKA_BOOTSTRAP or start the dev broker ({path} missing)"
+        ) from None
+
+
+def partitions(env: dict | None = None) -> int:
+    return config.load(env).kafka_partitions
+
+
+def partition_of(table: str, pk_text: str, count: int) -> int:
+    """Deterministic: the same row always lands in the same partition, on every re-read."""
+    return zlib.crc32(f"{table}\x00{pk_text}".encode()) % count
+
+
+def producer_config(bootstrap_servers: str) -> dict:
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "enable.idempotence": True,
+        "acks": "all",
+        "compression.type": "lz4",
+        "linger.ms": 2,
+        "batch.num.messages": 10000,
+        "queue.buffering.max.messages": 500000,
+        "message.timeout.ms": 30000,
+        "socket.timeout.ms": 10000,
+    }
+
+
+def consumer_config(bootstrap_servers: str, group: str) -> dict:
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group,  # offsets are never committed: positions live with the data
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 5,
+        "fetch.min.bytes": 1,
+        "socket.timeout.ms": 10000,
+    }

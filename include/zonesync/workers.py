@@ -1,0 +1,88 @@
+"""Long-running workers: where a zone is, and how a replicator or applier is built.
+
+A zone's database is ZONESYNC_ZONE_<NAME>_URL (`mysql://user:password@host:port/db`)
+when set (production), else the local environment's instance for that zone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import urllib.parse
+from dataclasses import dataclass
+
+from zonesync import config, transport
+from zonesync.meta.db import MetaConfig
+
+
+@dataclass(frozen=True)
+class ZoneEndpoint:
+    name: str
+    zone_id: int
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+
+
+def zone_endpoint(name: str, env: dict | None = None) -> ZoneEndpoint:
+    env = dict(os.environ if env is None else env)
+    cfg = config.load(env)
+    zone = cfg.zone(name)
+    url = env.get(f"ZONESYNC_ZONE_{name.upper()}_URL")
+    if not url:
+        return ZoneEndpoint(name, zone.id, "127.0.0.1", zone.port, "root", "", "zonesync_app")
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("mysql", "mariadb") or not parsed.hostname:
+        raise config.ConfigError(f"ZONESYNC_ZONE_{name.upper()}_URL must look like mysql://user:pw@host:port/db")
+    return ZoneEndpoint(
+        name,
+        zone.id,
+        parsed.hostname,
+        parsed.port or 3306,
+        urllib.parse.unquote(parsed.username or "root"),
+        urllib.parse.unquote(parsed.password or ""),
+        parsed.path.lstrip("/") or "zonesync_app",
+    )
+
+
+def build_replicator(zone: str, server_id: int | None = None, env: dict | None = None):
+    from zonesync.capture.replicator import Replicator, SourceDB
+
+    ep = zone_endpoint(zone, env)
+    return Replicator(
+        zone=zone,
+        zone_id=ep.zone_id,
+        source=SourceDB(ep.host, ep.port, ep.user, ep.password, [ep.database]),
+        meta=MetaConfig.from_env(env),
+        server_id=server_id or 4000 + ep.zone_id,
+        partitions=transport.partitions(env),
+    )
+
+
+def build_applier(zone: str, workers: int = 4, env: dict | None = None):
+    from zonesync.apply.applier import Applier
+    from zonesync.apply.writer import ZoneWriter
+
+    ep = zone_endpoint(zone, env)
+    cfg = config.load(env)
+    sources = [z.name for z in cfg.zones if z.name != zone]
+    return Applier(
+        zone=zone,
+        sources=sources,
+        writer_factory=lambda: ZoneWriter(ep.host, ep.port, ep.user, ep.password, ep.database),
+        meta=MetaConfig.from_env(env),
+        partitions=transport.partitions(env),
+        workers=workers,
+    )
+
+
+def run_forever(worker) -> int:
+    """Run a worker in the foreground; SIGTERM/SIGINT stop it cleanly."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    signal.signal(signal.SIGINT, lambda *_: worker.stop())
+    worker.run()
+    return 0
