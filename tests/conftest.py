@@ -37,6 +37,7 @@ def _make_test_config() -> config.EnvConfig:
             "ZONESYNC_AIRFLOW_PORT": str(base + len(names) + 1),
             "ZONESYNC_KAFKA_PARTITIONS": "8",
             "ZONESYNC_WITH_AIRFLOW": "0",
+            "ZONESYNC_WITH_WORKERS": "0",
         }
     )
 

@@ -112,9 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     topic.add_argument("--partitions", type=int, default=8)
     topic.set_defaults(func=cmd_dev_topic)
 
-    from zonesync import cli_meta
+    from zonesync import cli_meta, cli_replication
 
     cli_meta.register(sub)
+    cli_replication.register(sub)
     return parser
 
 

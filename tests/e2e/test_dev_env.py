@@ -70,9 +70,9 @@ def test_up_status_idempotent_crash_heal_down(dev_env, tmp_path):
     assert first.returncode == 0, first.stderr
     status = zs(dev_env, "dev", "status")
     assert status.returncode == 0, status.stdout
-    for name in ("meta", "zone-a", "zone-b", "zone-c", "broker"):
+    for name in ("meta", "zone-a", "zone-b", "zone-c", "broker", "replicator-a", "applier-c"):
         assert f"{name} " in status.stdout
-    assert status.stdout.count("healthy") == 5
+    assert status.stdout.count("healthy") == 11
     pids = _pids(dev_env)
 
     again = zs(dev_env, "dev", "up")  # harmless: nothing restarted

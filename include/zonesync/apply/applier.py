@@ -291,7 +291,7 @@ class Applier:
                     "INSERT INTO apply_lag (source_zone, target_zone, partition_no, applied_lsn, behind_events, "
                     "behind_seconds) VALUES (%s,%s,%s,%s,%s,%s) ON DUPLICATE KEY UPDATE applied_lsn = "
                     "VALUES(applied_lsn), behind_events = VALUES(behind_events), behind_seconds = "
-                    "VALUES(behind_seconds)",
+                    "VALUES(behind_seconds), updated_at = NOW(6)",
                     rows,
                 )
         finally:

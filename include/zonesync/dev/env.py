@@ -10,6 +10,7 @@ group it started, newest first, and waits for them to exit.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -131,6 +132,32 @@ def up_broker(cfg: EnvConfig) -> None:
         raise EnvError(f"the dev broker did not start ({state}): see {cfg.log_dir / 'broker.log'}")
 
 
+def worker_names(cfg: EnvConfig) -> list[str]:
+    return [f"{kind}-{z.name}" for z in cfg.zones for kind in ("replicator", "applier")]
+
+
+def up_workers(cfg: EnvConfig) -> None:
+    """One replicator and one applier per zone, each its own process group."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "ZONESYNC_STATE_DIR": str(cfg.state_dir),
+            "ZONESYNC_ZONES": ",".join(z.name for z in cfg.zones),
+            "ZONESYNC_BASE_PORT": str(cfg.meta_port),
+            "ZONESYNC_KAFKA_PARTITIONS": str(cfg.kafka_partitions),
+        }
+    )
+    for name in worker_names(cfg):
+        _report_crashed(cfg, name)
+        current = procs.read(cfg.run_dir, name)
+        if current and current.alive():
+            continue
+        kind, zone = name.split("-", 1)
+        command = "replicate" if kind == "replicator" else "apply"
+        argv = [sys.executable, "-m", "zonesync.cli", command, "--zone", zone]
+        procs.spawn(cfg.run_dir, cfg.log_dir, name, argv, f"{command} --zone {zone}", env=env)
+
+
 def up_airflow(cfg: EnvConfig) -> None:
     env = airflow_env.environment(cfg)
     if airflow_env.needs_migration(cfg):
@@ -207,6 +234,8 @@ def up(cfg: EnvConfig) -> None:
     up_meta(cfg)
     up_zone_bookkeeping(cfg)
     up_broker(cfg)
+    if cfg.with_workers:
+        up_workers(cfg)
     if cfg.with_airflow:
         up_airflow(cfg)
     _say(f"up in {time.monotonic() - started:.1f} s")
@@ -214,7 +243,12 @@ def up(cfg: EnvConfig) -> None:
 
 def down(cfg: EnvConfig) -> list[str]:
     """Stop everything this env started, newest first; return what was running."""
-    names = [*reversed(airflow_env.PROCESSES), "broker", *[i.name for i in reversed(instances(cfg))]]
+    names = [
+        *reversed(airflow_env.PROCESSES),
+        *worker_names(cfg),
+        "broker",
+        *[i.name for i in reversed(instances(cfg))],
+    ]
     stopped = []
     for name in names:
         if procs.stop(cfg.run_dir, name, timeout=30):
@@ -237,6 +271,9 @@ def status(cfg: EnvConfig) -> list[ComponentStatus]:
             return False
 
     rows.append(_status_of(cfg, "broker", address, broker_ok))
+    if cfg.with_workers or any(procs.read(cfg.run_dir, n) for n in worker_names(cfg)):
+        for name in worker_names(cfg):
+            rows.append(_status_of(cfg, name, "-", lambda: True))
     if cfg.with_airflow or any(procs.read(cfg.run_dir, p) for p in airflow_env.PROCESSES):
         doc = airflow_env.health(cfg) or {}
         keys = {

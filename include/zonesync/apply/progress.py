@@ -1,0 +1,55 @@
+"""Has a zone applied everything another zone wrote up to a binlog position?
+
+`wait_applied(source_zone, position)` is what a zone switch's wait_sync sensor
+asks after it read from_zone's binlog position P: find the first replicator
+checkpoint at or past P (so every event up to P was published), take the last
+LSN it records per partition, and wait until the target's apply_state has
+reached each of them. It never trusts Kafka offsets or lag estimates.
+"""
+
+from __future__ import annotations
+
+import time
+
+from zonesync.capture.checkpoints import CheckpointStore
+from zonesync.capture.event import file_number
+from zonesync.meta.db import MetaConfig
+
+
+def targets_reached(meta: MetaConfig, source_zone: str, position: tuple[str, int]) -> dict[int, int] | None:
+    """Per-partition LSNs that cover everything up to `position`, or None if not captured yet."""
+    want = (file_number(position[0]), position[1])
+    store = CheckpointStore(meta, source_zone)
+    try:
+        for cp in store.history():
+            if (file_number(cp.log_file), cp.log_pos) >= want:
+                return dict(cp.partition_lsns)
+    finally:
+        store.close()
+    return None
+
+
+def applied_lsns(target_conn, source_zone: str) -> dict[int, int]:
+    with target_conn.cursor() as cur:
+        cur.execute("SELECT partition_no, applied_lsn FROM zonesync.apply_state WHERE source_zone = %s", (source_zone,))
+        rows = cur.fetchall()
+    target_conn.commit()
+    return {int(p): int(lsn) for p, lsn in rows}
+
+
+def is_applied(meta: MetaConfig, target_conn, source_zone: str, position: tuple[str, int]) -> bool:
+    needed = targets_reached(meta, source_zone, position)
+    if needed is None:
+        return False
+    have = applied_lsns(target_conn, source_zone)
+    return all(have.get(p, 0) >= lsn for p, lsn in needed.items())
+
+
+def wait_applied(meta: MetaConfig, target_conn, source_zone: str, position: tuple[str, int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if is_applied(meta, target_conn, source_zone, position):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)

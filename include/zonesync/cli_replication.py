@@ -1,0 +1,156 @@
+"""`zonesync replicate | apply | lag | locks | alerts | binlog`: replication from the command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def cmd_replicate(args) -> int:
+    from zonesync import workers
+
+    return workers.run_forever(workers.build_replicator(args.zone, args.server_id))
+
+
+def cmd_apply(args) -> int:
+    from zonesync import workers
+
+    return workers.run_forever(workers.build_applier(args.zone, args.workers))
+
+
+def cmd_lag(args) -> int:
+    from zonesync.meta.db import MetaConfig
+
+    conn = MetaConfig.from_env().connect()
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT source_zone, target_zone, SUM(behind_events), MAX(behind_seconds), "
+            "MAX(TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6))) / 1e6 FROM apply_lag "
+            "GROUP BY source_zone, target_zone ORDER BY 1, 2"
+        )
+        rows = cur.fetchall()
+        if args.partitions:
+            cur.execute(
+                "SELECT source_zone, target_zone, partition_no, applied_lsn, behind_events, behind_seconds "
+                "FROM apply_lag ORDER BY 1, 2, 3"
+            )
+            detail = cur.fetchall()
+    conn.close()
+    if not rows:
+        print("no lag reported yet: are appliers running? (zonesync apply --zone NAME)")
+        return 1
+    print(f"{'source':<8} {'target':<8} {'events behind':>14} {'seconds behind':>15} {'reported':>10}")
+    for s, t, ev, sec, age in rows:
+        print(f"{s:<8} {t:<8} {int(ev):>14} {float(sec):>15.3f} {float(age):>8.1f} s ago")
+    if args.partitions:
+        for s, t, p, lsn, ev, sec in detail:
+            print(f"  {s}->{t} partition {p}: applied LSN {lsn}, {ev} behind, {sec:.3f} s")
+    return 0
+
+
+def _zone_conn(zone: str):
+    import pymysql
+
+    from zonesync.workers import zone_endpoint
+
+    ep = zone_endpoint(zone)
+    return pymysql.connect(
+        host=ep.host,
+        port=ep.port,
+        user=ep.user,
+        password=ep.password,
+        database=ep.database,
+        init_command="SET time_zone = '+00:00'",
+    )
+
+
+def cmd_locks(args) -> int:
+    from zonesync.apply.writer import lock_list
+
+    conn = _zone_conn(args.zone)
+    try:
+        if args.action == "resolve":
+            if not args.table or args.pk is None:
+                print("zonesync: locks resolve needs --table and --pk (a JSON list of key values)", file=sys.stderr)
+                return 2
+            with conn.cursor() as cur:
+                n = cur.execute(
+                    "DELETE FROM zonesync.row_locks WHERE table_name = %s AND pk = %s",
+                    (args.table, json.dumps(json.loads(args.pk), separators=(",", ":"))),
+                )
+            conn.commit()
+            print(f"{args.table} {args.pk}: {'unlocked' if n else 'was not locked'}")
+            return 0 if n else 1
+        locks = lock_list(conn)
+    finally:
+        conn.close()
+    if not locks:
+        print(f"no locked rows in zone {args.zone}")
+        return 0
+    for lock in locks:
+        print(
+            f"{lock['table']} pk={json.dumps(lock['pk'])} held={lock['held_events']} since {lock['locked_at']}: "
+            f"{lock['reason']}"
+        )
+    return 1
+
+
+def cmd_alerts(args) -> int:
+    from zonesync.meta.db import MetaConfig
+
+    conn = MetaConfig.from_env().connect()
+    with conn.cursor() as cur:
+        if args.ack:
+            cur.execute("UPDATE alerts SET acked = 1 WHERE id = %s", (args.ack,))
+            print(f"alert {args.ack} acknowledged" if cur.rowcount else f"no alert {args.ack}")
+            return 0
+        cur.execute("SELECT id, at, zone, kind, detail FROM alerts WHERE acked = 0 ORDER BY id")
+        rows = cur.fetchall()
+    conn.close()
+    for i, at, zone, kind, detail in rows:
+        print(f"#{i} {at} zone {zone} {kind}: {detail}")
+    if not rows:
+        print("no open alerts")
+    return 1 if rows else 0
+
+
+def cmd_safe_purge(args) -> int:
+    from zonesync.capture.purge import safe_purge
+    from zonesync.meta.db import MetaConfig
+
+    purged_to, reason = safe_purge(MetaConfig.from_env(), args.zone, dry_run=args.dry_run)
+    print(
+        reason
+        if purged_to is None
+        else f"{'would purge' if args.dry_run else 'purged'} binlogs before {purged_to} ({reason})"
+    )
+    return 0
+
+
+def register(sub) -> None:
+    rep = sub.add_parser("replicate", help="run the replicator of a zone (binlog -> Kafka) in the foreground")
+    rep.add_argument("--zone", required=True)
+    rep.add_argument("--server-id", type=int, help="binlog reader server_id (default 4000 + zone id)")
+    rep.set_defaults(func=cmd_replicate)
+    app = sub.add_parser("apply", help="run the applier of a zone (Kafka -> zone) in the foreground")
+    app.add_argument("--zone", required=True)
+    app.add_argument("--workers", type=int, default=4, help="parallel apply connections")
+    app.set_defaults(func=cmd_apply)
+    lag = sub.add_parser("lag", help="replication lag per source and target zone")
+    lag.add_argument("--partitions", action="store_true")
+    lag.set_defaults(func=cmd_lag)
+    locks = sub.add_parser("locks", help="rows locked by a mismatch; `locks resolve` after repairing one")
+    locks.add_argument("action", nargs="?", choices=["list", "resolve"], default="list")
+    locks.add_argument("--zone", required=True)
+    locks.add_argument("--table")
+    locks.add_argument("--pk", help='primary key values as JSON, e.g. "[42]"')
+    locks.set_defaults(func=cmd_locks)
+    al = sub.add_parser("alerts", help="open alerts (halted partitions, locked rows); --ack ID")
+    al.add_argument("--ack", type=int)
+    al.set_defaults(func=cmd_alerts)
+    binlog = sub.add_parser("binlog", help="binlog retention")
+    bsub = binlog.add_subparsers(dest="binlog_command", required=True, metavar="ACTION")
+    sp = bsub.add_parser("safe-purge", help="purge only binlogs every consumer has confirmed past")
+    sp.add_argument("--zone", required=True)
+    sp.add_argument("--dry-run", action="store_true")
+    sp.set_defaults(func=cmd_safe_purge)
