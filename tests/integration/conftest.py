@@ -33,3 +33,16 @@ def guard_env(meta, zones):
         g.close()
     for g in guards.list_instances(meta):
         guards.forget(meta, g.instance_id, "test teardown")
+
+
+@pytest.fixture
+def cluster(meta, zones, broker, test_cfg, guard_env):
+    """Replication between zones a, b, c on fresh private topics; baseline rules; guards via guard_env."""
+    from tests.support.replication import Cluster, reset_state
+
+    reset_state(zones, meta)
+    c = Cluster(zones, meta, broker, test_cfg.broker_file)
+    c.start()
+    c.wait_started()
+    yield c
+    c.stop()

@@ -56,6 +56,7 @@ class Applier:
         resend_timeout: float = 3.0,
         max_resends: int = 3,
         max_batch: int = 2000,
+        topic_of=transport.topic,
     ):
         self.zone = zone
         self.sources = sources
@@ -67,6 +68,8 @@ class Applier:
         self.resend_timeout = resend_timeout
         self.max_resends = max_resends
         self.max_batch = max_batch
+        self.topic_of = topic_of
+        self._source_of_topic = {topic_of(s): s for s in sources}
         self.stopping = False
         self.applied = 0
         self.state: dict[tuple[str, int], PartitionState] = {}
@@ -158,7 +161,7 @@ class Applier:
         consumer = Consumer(transport.consumer_config(self.bootstrap(), f"zonesync-apply-{self.zone}"))
         assignment = [
             TopicPartition(
-                transport.topic(s), p, self._offsets[(s, p)] + 1 if self._offsets[(s, p)] >= 0 else OFFSET_BEGINNING
+                self.topic_of(s), p, self._offsets[(s, p)] + 1 if self._offsets[(s, p)] >= 0 else OFFSET_BEGINNING
             )
             for (s, p), st in self.state.items()
             if not st.halted
@@ -181,7 +184,7 @@ class Applier:
                             broker_down_since = broker_down_since or time.monotonic()
                         continue
                     broker_down_since = None
-                    source = msg.topic().split(".")[1]
+                    source = self._source_of_topic[msg.topic()]
                     key = (source, msg.partition())
                     st = self.state.get(key)
                     if st is None or st.halted:
@@ -261,7 +264,7 @@ class Applier:
         source, partition = key
         st = self.state[key]
         st.halted = True
-        consumer.pause([TopicPartition(transport.topic(source), partition)])
+        consumer.pause([TopicPartition(self.topic_of(source), partition)])
         self._writer().halt(source, partition, detail)
         self.alert(
             "partition_halted",
@@ -274,7 +277,7 @@ class Applier:
         for (source, partition), st in self.state.items():
             try:
                 _, high = consumer.get_watermark_offsets(
-                    TopicPartition(transport.topic(source), partition), timeout=0.5, cached=False
+                    TopicPartition(self.topic_of(source), partition), timeout=0.5, cached=False
                 )
             except Exception:  # noqa: BLE001 - lag is best effort
                 continue

@@ -108,6 +108,7 @@ class Replicator:
         bootstrap=transport.bootstrap,
         checkpoint_interval: float = 0.1,
         resend_poll: float = 0.25,
+        topic_of=transport.topic,
     ):
         self.zone = zone
         self.zone_id = zone_id
@@ -119,7 +120,7 @@ class Replicator:
         self.checkpoint_interval = checkpoint_interval
         self.resend_poll = resend_poll
         self.store = CheckpointStore(meta, zone)
-        self.topic = transport.topic(zone)
+        self.topic = topic_of(zone)
         self.stopping = False
         self.published = 0
         self._pks: dict[tuple[str, str], list[str]] = {}

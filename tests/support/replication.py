@@ -1,0 +1,136 @@
+"""In-process replication for tests: a replicator and an applier per zone as threads,
+on topics private to the test, plus convergence and checksum helpers."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from zonesync.apply.applier import Applier
+from zonesync.apply.writer import ZoneWriter
+from zonesync.capture.replicator import Replicator, SourceDB
+from zonesync.dev import broker as broker_mod
+
+ZONES = ("a", "b", "c")
+ZONE_IDS = {"a": 1, "b": 2, "c": 3}
+APP_TABLES = ("tenants", "orders")
+
+
+def reset_state(zones, meta) -> None:
+    """Empty the app tables and every piece of replication state, before workers start."""
+    for name in ZONES:
+        conn = zones[name].connect()
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION skip_replication = 1")
+            for t in APP_TABLES:
+                cur.execute(f"DELETE FROM zonesync_app.{t}")
+            for t in ("apply_state", "tombstones", "row_locks"):
+                cur.execute(f"DELETE FROM zonesync.{t}")
+        conn.close()
+    with meta.connect().cursor() as cur:
+        for t in ("replicator_checkpoints", "resend_requests", "alerts", "apply_lag"):
+            cur.execute(f"DELETE FROM {t}")
+
+
+class Cluster:
+    def __init__(self, zones, meta, broker_info, broker_file, partitions=4, topic_suffix=None, relay_topic_of=None):
+        self.zones = zones
+        self.meta = meta
+        self.partitions = partitions
+        self.prefix = f"t{uuid.uuid4().hex[:8]}"
+        self.broker_file = broker_file
+        self.bootstrap = lambda: broker_mod.read_info(broker_file)["bootstrap"]
+        for z in ZONES:
+            broker_mod.create_topic(broker_file, self.topic(z), partitions)
+        self.apply_topic = relay_topic_of or self.topic
+        self.replicators: dict[str, Replicator] = {}
+        self.appliers: dict[str, Applier] = {}
+        self.threads: dict[str, threading.Thread] = {}
+
+    def topic(self, zone: str) -> str:
+        return f"{self.prefix}.zonesync.{zone}.changes"
+
+    def make_replicator(self, z: str) -> Replicator:
+        inst = self.zones[z]
+        return Replicator(
+            z,
+            ZONE_IDS[z],
+            SourceDB("127.0.0.1", inst.port, "root", "", ["zonesync_app"]),
+            self.meta,
+            server_id=5000 + ZONE_IDS[z],
+            partitions=self.partitions,
+            bootstrap=self.bootstrap,
+            topic_of=self.topic,
+        )
+
+    def make_applier(self, z: str, **kw) -> Applier:
+        inst = self.zones[z]
+        return Applier(
+            z,
+            [o for o in ZONES if o != z],
+            lambda: ZoneWriter("127.0.0.1", inst.port, "root", "", "zonesync_app"),
+            self.meta,
+            partitions=self.partitions,
+            bootstrap=self.bootstrap,
+            topic_of=self.apply_topic,
+            **kw,
+        )
+
+    def start(self, which=("replicator", "applier"), zones=ZONES, **applier_kw) -> None:
+        for z in zones:
+            if "replicator" in which:
+                self._run(f"replicator-{z}", self.replicators.setdefault(z, self.make_replicator(z)))
+            if "applier" in which:
+                self._run(f"applier-{z}", self.appliers.setdefault(z, self.make_applier(z, **applier_kw)))
+
+    def wait_started(self, timeout: float = 15.0) -> None:
+        """Replicators have taken their start position (writes from now on are captured)."""
+        from zonesync.capture.checkpoints import CheckpointStore
+
+        deadline = time.monotonic() + timeout
+        for z in self.replicators:
+            store = CheckpointStore(self.meta, z)
+            try:
+                while store.latest() is None:
+                    assert time.monotonic() < deadline, f"replicator {z} did not start"
+                    time.sleep(0.05)
+            finally:
+                store.close()
+
+    def _run(self, name, worker) -> None:
+        worker.stopping = False
+        t = threading.Thread(target=worker.run, name=name, daemon=True)
+        t.start()
+        self.threads[name] = t
+
+    def stop(self, name: str | None = None) -> None:
+        names = [name] if name else list(self.threads)
+        for n in names:
+            kind, z = n.split("-", 1)
+            worker = (self.replicators if kind == "replicator" else self.appliers).pop(z, None)
+            if worker:
+                worker.stop()
+        for n in names:
+            t = self.threads.pop(n, None)
+            if t:
+                t.join(20)
+                assert not t.is_alive(), f"{n} did not stop"
+
+
+def checksum(inst, table: str = "tenants") -> tuple:
+    with inst.connect("zonesync_app").cursor() as cur:
+        cur.execute(f"SELECT * FROM {table} ORDER BY 1")
+        return tuple(cur.fetchall())
+
+
+def wait_converged(zones, tables=APP_TABLES, timeout: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        sums = {t: {z: checksum(zones[z], t) for z in ZONES} for t in tables}
+        if all(len(set(v.values())) == 1 for v in sums.values()):
+            return sums
+        if time.monotonic() > deadline:
+            detail = {t: {z: len(rows) for z, rows in v.items()} for t, v in sums.items()}
+            raise AssertionError(f"zones did not converge within {timeout} s: row counts {detail}")
+        time.sleep(0.1)
