@@ -34,8 +34,12 @@ class BenchEnv:
     def __init__(self, root: Path):
         base = procs.free_port_block(5)
         self.cfg = config.load(
-            {"ZONESYNC_STATE_DIR": str(root), "ZONESYNC_BASE_PORT": str(base), "ZONESYNC_WITH_AIRFLOW": "0",
-             "ZONESYNC_WITH_WORKERS": "0"}
+            {
+                "ZONESYNC_STATE_DIR": str(root),
+                "ZONESYNC_BASE_PORT": str(base),
+                "ZONESYNC_WITH_AIRFLOW": "0",
+                "ZONESYNC_WITH_WORKERS": "0",
+            }
         )
 
     def __enter__(self):

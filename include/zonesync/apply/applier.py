@@ -158,7 +158,16 @@ class Applier:
 
     def _pass(self, deadline: float | None) -> None:
         self._load_state()
-        consumer = Consumer(transport.consumer_config(self.bootstrap(), f"zonesync-apply-{self.zone}"))
+        bootstrap_used = self.bootstrap()
+        down = {"since": None}
+
+        def on_error(err):
+            # Connection loss is reported here, not as messages: note when the brokers went away.
+            if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+                down["since"] = down["since"] or time.monotonic()
+
+        config = transport.consumer_config(bootstrap_used, f"zonesync-apply-{self.zone}")
+        consumer = Consumer({**config, "error_cb": on_error})
         assignment = [
             TopicPartition(
                 self.topic_of(s), p, self._offsets[(s, p)] + 1 if self._offsets[(s, p)] >= 0 else OFFSET_BEGINNING
@@ -169,7 +178,6 @@ class Applier:
         consumer.assign(assignment)
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"apply-{self.zone}")
         last_lag = 0.0
-        broker_down_since: float | None = None
         try:
             while not self.stopping and (deadline is None or time.monotonic() < deadline):
                 first = consumer.poll(0.05)
@@ -179,11 +187,8 @@ class Applier:
                 by_partition: dict[tuple[str, int], list[tuple[ChangeEvent, int]]] = {}
                 for msg in msgs:
                     if msg.error():
-                        code = msg.error().code()
-                        if code in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
-                            broker_down_since = broker_down_since or time.monotonic()
                         continue
-                    broker_down_since = None
+                    down["since"] = None
                     source = self._source_of_topic[msg.topic()]
                     key = (source, msg.partition())
                     st = self.state.get(key)
@@ -195,7 +200,7 @@ class Applier:
                         self._halt(consumer, key, f"malformed event at offset {msg.offset()}: {exc}")
                         continue
                     by_partition.setdefault(key, []).append((event, msg.offset()))
-                if broker_down_since and time.monotonic() - broker_down_since > 5:
+                if down["since"] and time.monotonic() - down["since"] > 5:
                     raise RuntimeError("broker unreachable for 5 s: reconnecting with a fresh bootstrap")
                 jobs, gaps = {}, {}
                 for key, items in by_partition.items():
@@ -217,6 +222,8 @@ class Applier:
                 now = time.monotonic()
                 if now - last_lag >= 1.0:
                     last_lag = now
+                    if self.bootstrap() != bootstrap_used:
+                        raise RuntimeError("the broker moved (new bootstrap): reconnecting")
                     self._report_lag(consumer)
         finally:
             pool.shutdown(wait=True)

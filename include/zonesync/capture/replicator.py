@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 import pymysql
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -231,7 +231,13 @@ class Replicator:
             if err is not None:
                 errors.append(str(err))
 
-        producer = Producer(transport.producer_config(self.bootstrap()))
+        bootstrap_used = self.bootstrap()
+
+        def on_error(err):
+            if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._FATAL):
+                errors.append(f"broker connection: {err}")
+
+        producer = Producer({**transport.producer_config(bootstrap_used), "error_cb": on_error})
         try:
             stream = BinLogStreamReader(
                 connection_settings=self.source.settings(),
@@ -334,6 +340,8 @@ class Replicator:
                     raise ReplicatorError(f"broker refused events: {errors[0]}")
                 now = time.monotonic()
                 idle = isinstance(ev, HeartbeatLogEvent)
+                if idle and self.bootstrap() != bootstrap_used:
+                    raise ReplicatorError("the broker moved (new bootstrap): reconnecting")
                 if pending_cp and (idle or now - last_cp_time >= self.checkpoint_interval):
                     self._checkpoint(producer, pending_cp, errors)
                     pending_cp = None
@@ -369,7 +377,7 @@ class Replicator:
         self.published += 1
 
     def _checkpoint(self, producer: Producer, cp: Checkpoint, errors: list[str]) -> None:
-        remaining = producer.flush(15)
+        remaining = producer.flush(5)
         if remaining or errors:
             raise ReplicatorError(f"broker did not ack {remaining} events ({errors[:1]}): checkpoint not advanced")
         self.store.save(cp)
