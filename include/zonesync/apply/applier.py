@@ -94,23 +94,26 @@ class Applier:
             (self.zone, kind, json.dumps(detail, default=str)),
         )
 
-    def _request_resend(self, source: str, partition: int, from_lsn: int) -> None:
-        self._meta_exec(
-            "INSERT INTO resend_requests (source_zone, target_zone, partition_no, from_lsn) VALUES (%s, %s, %s, %s)",
-            (source, self.zone, partition, from_lsn),
-        )
-
-    def _resend_failed(self, source: str, partition: int, from_lsn: int) -> str | None:
+    def _request_resend(self, source: str, partition: int, from_lsn: int) -> int:
         conn = self.meta.connect()
         try:
             with conn.cursor() as cur:
                 cur.execute(
-                    "SELECT detail FROM resend_requests WHERE source_zone = %s AND target_zone = %s AND "
-                    "partition_no = %s AND from_lsn = %s AND status = 'failed' LIMIT 1",
+                    "INSERT INTO resend_requests (source_zone, target_zone, partition_no, from_lsn) "
+                    "VALUES (%s, %s, %s, %s)",
                     (source, self.zone, partition, from_lsn),
                 )
+                return int(cur.lastrowid)
+        finally:
+            conn.close()
+
+    def _request_status(self, request_id: int) -> tuple[str, str]:
+        conn = self.meta.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT status, detail FROM resend_requests WHERE id = %s", (request_id,))
                 row = cur.fetchone()
-                return row[0] if row else None
+                return (row[0], row[1]) if row else ("failed", "request vanished")
         finally:
             conn.close()
 
@@ -216,6 +219,7 @@ class Applier:
                 for key in jobs:  # progress: an earlier gap was repaired
                     self.state[key].gap_since = None
                     self.state[key].resend_attempts = 0
+                    self.state[key].request_id = None
                 for key, st in self.state.items():  # new gaps, and old ones still open
                     if not st.halted and (key in gaps or st.gap_since is not None):
                         self._on_gap(consumer, key, gaps.get(key))
@@ -242,6 +246,12 @@ class Applier:
             self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
 
     def _on_gap(self, consumer, key, gap) -> None:
+        """Ask for a resend; count a resend as failed only once the replicator served it.
+
+        A request still pending (the replicator is down or busy) is waited for, not
+        counted: only resends that were served and still left the gap open, or that
+        the replicator refused, lead to a halt.
+        """
         source, partition = key
         st = self.state[key]
         now = time.monotonic()
@@ -255,17 +265,25 @@ class Applier:
                 st.applied_lsn,
                 gap[1] if gap else "?",
             )
-        failed = self._resend_failed(source, partition, st.applied_lsn) if st.resend_attempts else None
-        if failed:
-            self._halt(consumer, key, f"resend from LSN {st.applied_lsn} impossible: {failed}")
+        if st.request_id is None:
+            st.request_id = self._request_resend(source, partition, st.applied_lsn)
+            st.resend_attempts = 1
+            st.last_request = now
             return
-        if st.resend_attempts == 0 or now - st.last_request >= self.resend_timeout:
+        if now - st.last_request < self.resend_timeout:
+            return
+        status, detail = self._request_status(st.request_id)
+        if status == "failed":
+            self._halt(consumer, key, f"resend from LSN {st.applied_lsn} impossible: {detail}")
+        elif status == "done":
             if st.resend_attempts >= self.max_resends:
                 self._halt(consumer, key, f"gap after LSN {st.applied_lsn} not repaired by {self.max_resends} resends")
                 return
-            self._request_resend(source, partition, st.applied_lsn)
+            st.request_id = self._request_resend(source, partition, st.applied_lsn)
             st.resend_attempts += 1
             st.last_request = now
+        else:
+            st.last_request = now  # still pending: keep waiting
 
     def _halt(self, consumer, key, detail: str) -> None:
         source, partition = key

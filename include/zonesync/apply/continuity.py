@@ -26,6 +26,7 @@ class PartitionState:
     gap_since: float | None = None  # monotonic time the gap was first seen
     resend_attempts: int = 0
     last_request: float = 0.0
+    request_id: int | None = None
     halted: bool = False
 
 

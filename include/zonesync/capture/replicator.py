@@ -346,7 +346,10 @@ class Replicator:
                     self._checkpoint(producer, pending_cp, errors)
                     pending_cp = None
                     last_cp_time = now
-                    if resend_ids and hwm >= retry_until:
+                if resend_ids and hwm >= retry_until and pending_cp is None:
+                    # everything up to the old high-water mark was re-published and acked
+                    # (checkpointed, or nothing new since): the resend is served
+                    if producer.flush(5) == 0 and not errors:
                         self._finish_requests(resend_ids, "done", f"resent up to LSN {hwm}")
                         resend_ids = []
                         retry_partitions = None

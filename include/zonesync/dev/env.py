@@ -156,6 +156,27 @@ def up_workers(cfg: EnvConfig) -> None:
         command = "replicate" if kind == "replicator" else "apply"
         argv = [sys.executable, "-m", "zonesync.cli", command, "--zone", zone]
         procs.spawn(cfg.run_dir, cfg.log_dir, name, argv, f"{command} --zone {zone}", env=env)
+    _wait_replicators_positioned(cfg)
+
+
+def _wait_replicators_positioned(cfg: EnvConfig, timeout: float = 60.0) -> None:
+    """Return once every replicator recorded where it reads from: writes after this are captured."""
+    from zonesync.capture.checkpoints import CheckpointStore
+
+    deadline = time.monotonic() + timeout
+    for zone in cfg.zones:
+        store = CheckpointStore(meta_config(cfg), zone.name)
+        try:
+            while store.latest() is None:
+                current = procs.read(cfg.run_dir, f"replicator-{zone.name}")
+                if current is None or not current.alive() or time.monotonic() > deadline:
+                    raise EnvError(
+                        f"replicator-{zone.name} did not take its binlog position: see "
+                        f"{cfg.log_dir / f'replicator-{zone.name}.log'}"
+                    )
+                time.sleep(0.1)
+        finally:
+            store.close()
 
 
 def up_airflow(cfg: EnvConfig) -> None:
