@@ -1,0 +1,155 @@
+"""Pure parts of replication: LSNs, the event codec, merging, the apply decision, continuity."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pytest
+
+from zonesync.apply.continuity import filter_chain
+from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
+from zonesync.apply.merge import merge
+from zonesync.capture.event import (
+    ChangeEvent,
+    EventError,
+    decode_row,
+    encode_row,
+    file_number,
+    make_lsn,
+    split_lsn,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def ev(lsn, prev, op, old=None, new=None, version=None, pk=1):
+    image = new if new is not None else old
+    return ChangeEvent(
+        lsn=lsn,
+        prev_lsn=prev,
+        source_zone="a",
+        origin_zone=1,
+        table="t",
+        pk={"id": pk},
+        op=op,
+        old=old,
+        new=new,
+        version=version if version is not None else image["_zs_version"],
+        txn_id="x",
+        row_index=0,
+        row_count=1,
+        commit_ts=0,
+        partition=0,
+    )
+
+
+def row(v, name="n", pk=1):
+    return {"id": pk, "name": name, "_zs_origin": 1, "_zs_version": v}
+
+
+def test_lsn_is_deterministic_ordered_and_decodable():
+    a, b, c = make_lsn(1, 500, 0), make_lsn(1, 500, 1), make_lsn(2, 4, 0)
+    assert a < b < c
+    assert split_lsn(b) == (1, 500, 1) and split_lsn(c) == (2, 4, 0)
+    assert make_lsn(1, 500, 1) == b
+    assert file_number("binlog.000042") == 42
+    with pytest.raises(EventError):
+        make_lsn(1, 2**32, 0)
+    with pytest.raises(EventError):
+        file_number("binlog")
+
+
+def test_codec_round_trips_mysql_types():
+    values = {
+        "d": decimal.Decimal("12.50"),
+        "t": dt.datetime(2026, 1, 2, 3, 4, 5, 6),
+        "day": dt.date(2026, 1, 2),
+        "b": b"\x00\xff",
+        "i": 7,
+        "s": "x",
+        "n": None,
+        "td": dt.timedelta(hours=1, seconds=2),
+    }
+    assert decode_row(encode_row(values)) == values
+    e = ev(5, 0, "insert", new=encode_row(row(3)))
+    assert ChangeEvent.from_json(e.to_json()) == e
+
+
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (b"{not json", "not JSON"),
+        (b"[1]", "not a JSON object"),
+        (b'{"lsn": 1}', "lacks field"),
+    ],
+)
+def test_malformed_events_are_named(raw, words):
+    with pytest.raises(EventError, match=words):
+        ChangeEvent.from_json(raw)
+
+
+def test_malformed_fields_are_named():
+    good = ev(5, 0, "insert", new=row(3)).to_json().decode()
+    with pytest.raises(EventError, match="op 'upsert'"):
+        ChangeEvent.from_json(good.replace('"op":"insert"', '"op":"upsert"').encode())
+    with pytest.raises(EventError, match="lsn must be an integer"):
+        ChangeEvent.from_json(good.replace('"lsn":5', '"lsn":"5"').encode())
+    with pytest.raises(EventError, match="without a new row"):
+        ChangeEvent.from_json(
+            good.replace('"new":{', '"nothing":{').replace('"old":null', '"new":null,"old":null').encode()
+        )
+
+
+def test_merge_per_key():
+    e1 = ev(1, 0, "insert", new=row(1))
+    e2 = ev(2, 1, "update", old=row(1), new=row(2, "x"))
+    e3 = ev(3, 2, "delete", old=row(2, "x"), version=3)
+    other = ev(4, 3, "insert", new=row(9, pk=2), pk=2)
+    (m1, m2) = merge([e1, e2, e3, other])
+    assert (m1.first_op, m1.last_op, m1.old, m1.new, m1.version, m1.events) == ("insert", "delete", None, None, 3, 3)
+    assert (m2.first_op, m2.new["_zs_version"]) == ("insert", 9)
+    (u,) = merge([ev(2, 1, "update", old=row(1), new=row(2)), ev(3, 2, "update", old=row(2), new=row(5))])
+    assert (u.old["_zs_version"], u.new["_zs_version"], u.version) == (1, 5, 5)
+
+
+def one(*events):
+    return merge(list(events))[0]
+
+
+@pytest.mark.parametrize(
+    "change, target, tomb, locked, expect",
+    [
+        (one(ev(1, 0, "insert", new=row(5))), None, None, False, UPSERT),
+        (one(ev(1, 0, "insert", new=row(5))), row(5), None, False, SKIP),  # replay
+        (one(ev(1, 0, "insert", new=row(5))), row(7), None, False, SKIP),  # target newer
+        (one(ev(1, 0, "insert", new=row(5))), None, 6, False, SKIP),  # no resurrection
+        (one(ev(1, 0, "insert", new=row(8))), None, 6, False, UPSERT),  # newer than the tombstone
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(5), None, False, UPSERT),
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(5, "changed"), None, False, LOCK),
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(4), None, False, LOCK),  # target behind
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), None, None, False, LOCK),  # row missing
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), None, 9, False, SKIP),  # deleted later
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(5), None, True, SKIP),  # locked row
+        (one(ev(1, 0, "delete", old=row(5), version=6)), row(5), None, False, DELETE_ROW),
+        (one(ev(1, 0, "delete", old=row(5), version=6)), None, 6, False, SKIP),  # replayed delete
+        (one(ev(1, 0, "insert", new=row(5)), ev(2, 1, "delete", old=row(5), version=6)), None, None, False, TOMBSTONE),
+    ],
+)
+def test_decide(change, target, tomb, locked, expect):
+    assert decide(change, target, tomb, locked).kind == expect
+
+
+def test_continuity_skips_duplicates_accepts_successors_and_stops_at_gaps():
+    e = [ev(10, 0, "insert", new=row(1)), ev(20, 10, "insert", new=row(1)), ev(30, 20, "insert", new=row(1))]
+    chain = [(x, i) for i, x in enumerate(e)]
+    assert [x.lsn for x, _ in filter_chain(0, chain).accepted] == [10, 20, 30]
+    dup = filter_chain(0, [chain[0], chain[0], chain[1]])
+    assert [x.lsn for x, _ in dup.accepted] == [10, 20] and dup.skipped == 1 and dup.gap is None
+    lost = filter_chain(0, [chain[0], chain[2]])
+    assert [x.lsn for x, _ in lost.accepted] == [10] and lost.gap == (10, 20)
+    swapped = filter_chain(10, [chain[2], chain[1]])
+    assert [x.lsn for x, _ in swapped.accepted] == [20] and swapped.gap == (10, 20)
+    retry = ev(30, 20, "insert", new=row(1))
+    retry.is_retry = True
+    assert filter_chain(10, [(retry, 0)]).gap == (10, 20), "a retry does not skip the continuity check"
