@@ -7,10 +7,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import foundation, guard
+from bench import foundation, guard, replication
 from bench.harness import BenchEnv, print_table
 
-SUITES = {"foundation": foundation.run, "guard": guard.run}
+SUITES = {"foundation": foundation.run, "guard": guard.run, "replication": replication.run}
 
 
 def main(argv: list[str] | None = None) -> int:

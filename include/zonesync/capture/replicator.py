@@ -122,6 +122,7 @@ class Replicator:
         self.store = CheckpointStore(meta, zone)
         self.topic = topic_of(zone)
         self.stopping = False
+        self.server_id_offset = 0
         self.published = 0
         self._pks: dict[tuple[str, str], list[str]] = {}
 
@@ -190,6 +191,11 @@ class Replicator:
             except Exception as exc:  # noqa: BLE001 - any failure: rebuild from the checkpoint
                 if self.stopping:
                     break
+                if getattr(exc, "args", None) and exc.args[0] == 4052:
+                    # The server still holds the dump thread of our previous connection (a killed
+                    # replicator, a dropped stream) and refuses a second reader with its server_id
+                    # until it notices. Read under the next server_id of our series instead.
+                    self.server_id_offset = (self.server_id_offset + 100) % 1600
                 log.warning("replicator %s: %s: restarting from the checkpoint", self.zone, exc)
                 self.store.close()
                 time.sleep(0.5)
@@ -241,7 +247,7 @@ class Replicator:
         try:
             stream = BinLogStreamReader(
                 connection_settings=self.source.settings(),
-                server_id=self.server_id,
+                server_id=self.server_id + self.server_id_offset,
                 resume_stream=True,
                 log_file=cp.log_file,
                 log_pos=cp.log_pos,
