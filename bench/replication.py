@@ -78,11 +78,13 @@ def _count(inst) -> int:
     return int(_exec(inst, "SELECT COUNT(*) FROM zonesync_app.bench_rows")[0][0])
 
 
-def _catch_up_rate(target, expected: int, timeout: float = 600) -> float:
-    """Rows (or transactions) per second from the first row seen to the last."""
+def _catch_up_rate(target, expected: int, base: int, timeout: float = 600) -> float:
+    """Rows (or transactions) per second from the first row seen to the last.
+
+    `base` is the target's row count before the pipeline was started.
+    """
     deadline = time.monotonic() + timeout
     first = None
-    base = _count(target)
     while True:
         n = _count(target) - base
         now = time.monotonic()
@@ -177,15 +179,16 @@ class Zonesync:
         self.meta = dev_env.meta_config(env.cfg)
 
     def follow(self, position) -> None:
-        """Workers read zone a from `position` and apply to zone b."""
+        """Workers read zone a and apply to zone b: from `position` the first time, then
+        from where they stopped (their chain continues, as after any restart)."""
         self.stop()
-        with self.meta.connect().cursor() as cur:
-            cur.execute("DELETE FROM replicator_checkpoints WHERE zone = 'a'")
         store = CheckpointStore(self.meta, "a")
-        store.save(Checkpoint("a", 0, position[0], position[1], {}, 0))
-        store.close()
-        with self.env.instances["b"].connect().cursor() as cur:
-            cur.execute("DELETE FROM zonesync.apply_state")
+        try:
+            latest = store.latest()
+            if latest is None:
+                store.save(Checkpoint("a", 0, position[0], position[1], {}, 0))
+        finally:
+            store.close()
         env = {
             **os.environ,
             "ZONESYNC_STATE_DIR": str(self.cfg.state_dir),
@@ -197,7 +200,12 @@ class Zonesync:
             ("bench-replicator-a", ["replicate", "--zone", "a"]),
         ):
             procs.spawn(
-                self.cfg.run_dir, self.cfg.log_dir, name, [sys.executable, "-m", "zonesync.cli", *argv], name, env=env
+                self.cfg.run_dir,
+                self.cfg.log_dir,
+                name,
+                [sys.executable, "-m", "zonesync.cli", *argv],
+                " ".join(argv),
+                env=env,
             )
 
     def stop(self) -> None:
@@ -218,11 +226,13 @@ def run(env: BenchEnv) -> list[Row]:
             # bulk
             p0 = _position(a)
             _write_bulk(a, 1, BULK_ROWS, 100)
+            base = _count(native.inst)
             native.follow(a, p0)
-            native_bulk = _catch_up_rate(native.inst, BULK_ROWS)
+            native_bulk = _catch_up_rate(native.inst, BULK_ROWS, base)
             native.stop()
+            base = _count(b)
             zs.follow(p0)
-            zs_bulk = _catch_up_rate(b, BULK_ROWS)
+            zs_bulk = _catch_up_rate(b, BULK_ROWS, base)
             zs.stop()
             rows.append(
                 Row(
@@ -238,11 +248,13 @@ def run(env: BenchEnv) -> list[Row]:
             p1 = _position(a)
             base = 10_000_000
             _write_bulk(a, base, SINGLE_TXNS, 1)
+            base = _count(native.inst)
             native.follow(a, p1)
-            native_single = _catch_up_rate(native.inst, SINGLE_TXNS)
+            native_single = _catch_up_rate(native.inst, SINGLE_TXNS, base)
             native.stop()
+            base = _count(b)
             zs.follow(p1)
-            zs_single = _catch_up_rate(b, SINGLE_TXNS)
+            zs_single = _catch_up_rate(b, SINGLE_TXNS, base)
             zs.stop()
             rows.append(
                 Row(
@@ -254,14 +266,15 @@ def run(env: BenchEnv) -> list[Row]:
                     "MariaDB native replication (slave_parallel_threads=0), same binlog",
                 )
             )
-            # steady-state lag
-            native.follow(a, _position(a))
-            n50, n99 = _lag(a, native.inst, 20_000_000)
-            native.stop()
+            # steady-state lag: zonesync first (its chain continues from the last phase),
+            # then native from wherever zone a's binlog then ends
             zs.follow(_position(a))
             time.sleep(3)  # workers up and positioned
             z50, z99 = _lag(a, b, 30_000_000)
             zs.stop()
+            native.follow(a, _position(a))
+            n50, n99 = _lag(a, native.inst, 20_000_000)
+            native.stop()
             print(
                 f"lag at {LAG_RATE}/s for {LAG_SECONDS:.0f} s: native p50 {n50:.2f} ms p99 {n99:.2f} ms; "
                 f"zonesync p50 {z50:.2f} ms p99 {z99:.2f} ms"

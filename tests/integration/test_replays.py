@@ -64,3 +64,29 @@ def test_applier_that_forgot_its_position_replays_without_regress_or_resurrectio
     time.sleep(1.0)
     assert checksum(zones["c"]) == before["tenants"]["c"], "old versions regressed rows or revived deleted ones"
     assert cluster.appliers["c"].applied == 0, "every replayed event must be a no-op"
+
+
+def test_tombstones_are_collected_after_the_horizon(cluster, guard_env, zones):
+    from zonesync.apply.writer import ZoneWriter
+
+    ga = guard_env("a")
+    with ga.transaction() as tx:
+        tx.insert("tenants", {"tenant_id": 1, "name": "x"})
+    with ga.transaction() as tx:
+        tx.delete("tenants", {"tenant_id": 1})
+    wait_converged(zones, ("tenants",))
+    writer = ZoneWriter("127.0.0.1", zones["b"].port, "root", "", "zonesync_app")
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with zones["b"].connect().cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM zonesync.tombstones")
+                if cur.fetchone()[0]:
+                    break
+            time.sleep(0.1)
+        assert writer.gc_tombstones(3600) == 0, "a fresh tombstone is kept"
+        with zones["b"].connect().cursor() as cur:
+            cur.execute("UPDATE zonesync.tombstones SET deleted_at = NOW(6) - INTERVAL 2 HOUR")
+        assert writer.gc_tombstones(3600) == 1
+    finally:
+        writer.close()

@@ -57,6 +57,7 @@ class Applier:
         max_resends: int = 3,
         max_batch: int = 2000,
         topic_of=transport.topic,
+        tombstone_horizon_s: float = 7 * 86400,
     ):
         self.zone = zone
         self.sources = sources
@@ -69,6 +70,8 @@ class Applier:
         self.max_resends = max_resends
         self.max_batch = max_batch
         self.topic_of = topic_of
+        self.tombstone_horizon_s = tombstone_horizon_s
+        self._last_gc = 0.0
         self._source_of_topic = {topic_of(s): s for s in sources}
         self.stopping = False
         self.applied = 0
@@ -229,6 +232,9 @@ class Applier:
                     if self.bootstrap() != bootstrap_used:
                         raise RuntimeError("the broker moved (new bootstrap): reconnecting")
                     self._report_lag(consumer)
+                    if now - self._last_gc >= 60:
+                        self._last_gc = now
+                        self._writer().gc_tombstones(self.tombstone_horizon_s)
         finally:
             pool.shutdown(wait=True)
             consumer.close()

@@ -233,6 +233,18 @@ class ZoneWriter:
         conn.commit()
         return {(s, int(p)): (int(lsn), int(off), st) for s, p, lsn, off, st in rows}
 
+    def gc_tombstones(self, horizon_s: float) -> int:
+        """Forget tombstones older than the horizon: no replay can be that late any more
+        (resends reach back only as far as the kept checkpoints and binlogs)."""
+        conn = self.connect()
+        with conn.cursor() as cur:
+            n = cur.execute(
+                "DELETE FROM zonesync.tombstones WHERE deleted_at < NOW(6) - INTERVAL %s SECOND LIMIT 10000",
+                (int(horizon_s),),
+            )
+        conn.commit()
+        return n
+
     def halt(self, source_zone: str, partition: int, detail: str) -> None:
         conn = self.connect()
         with conn.cursor() as cur:
