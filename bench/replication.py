@@ -104,16 +104,22 @@ def _lag(src, target, start_id: int) -> tuple[float, float]:
     stop = threading.Event()
 
     def reader():
+        # Rows of different partitions commit out of id order on the zonesync side: keep a
+        # watermark below which every id was seen, and the ids seen above it.
         conn = target.connect("zonesync_app")
-        last = start_id - 1
-        while not stop.is_set() or last < start_id + total - 1:
+        watermark, seen = start_id - 1, set()
+        while watermark < start_id + total - 1:
             with conn.cursor() as cur:
-                cur.execute("SELECT id, written_us FROM bench_rows WHERE id > %s ORDER BY id", (last,))
+                cur.execute("SELECT id, written_us FROM bench_rows WHERE id > %s", (watermark,))
                 rows = cur.fetchall()
             now = _now_us()
             for rid, written in rows:
-                lags.append((now - written) / 1000)
-                last = rid
+                if rid not in seen:
+                    seen.add(rid)
+                    lags.append((now - written) / 1000)
+            while watermark + 1 in seen:
+                watermark += 1
+                seen.discard(watermark)
             if stop.is_set() and time.monotonic() > give_up:
                 break
             time.sleep(0.0005)
