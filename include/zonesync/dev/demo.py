@@ -61,6 +61,27 @@ def publish_example_rules(cfg: EnvConfig) -> str:
     return f"zone-sharding rules: examples/rules.yaml published as version {version} (zonesync rules show)"
 
 
+def wait_replicated(cfg: EnvConfig, total: int, timeout: float = 60.0) -> str:
+    """Every zone holds every zone's sample orders: replication at work."""
+    import time
+
+    started = time.monotonic()
+    while True:
+        counts = {}
+        for zone, inst in zip(cfg.zones, env.instances(cfg)[1:], strict=True):
+            with inst.connect("zonesync_app").cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM orders")
+                counts[zone.name] = cur.fetchone()[0]
+        if all(c >= total for c in counts.values()):
+            took = time.monotonic() - started
+            return f"replicated: every zone holds all {total} orders ({took:.1f} s); see `zonesync lag`"
+        if time.monotonic() - started > timeout:
+            return (
+                f"replication still catching up after {timeout:.0f} s: {counts} (see `zonesync lag`, `zonesync alerts`)"
+            )
+        time.sleep(0.2)
+
+
 def api_client(cfg: EnvConfig) -> AirflowApi:
     user = os.environ.get("ZONESYNC_AIRFLOW_USER", airflow_env.ADMIN_USER)
     password = os.environ.get("ZONESYNC_AIRFLOW_PASSWORD") or airflow_env.admin_password(cfg) or ""
@@ -73,8 +94,10 @@ def run(cfg: EnvConfig) -> int:
     env.up(cfg)
     env.load_sample_schema(cfg)
     counts = load_sample_rows(cfg)
-    print(f"sample rows loaded: {', '.join(f'zone {z}: {c} orders' for z, c in counts.items())}")
+    print(f"sample rows written: {', '.join(f'zone {z}: {c} orders' for z, c in counts.items())}")
     print(publish_example_rules(cfg))
+    if cfg.with_workers:
+        print(wait_replicated(cfg, sum(counts.values())))
 
     api = api_client(cfg)
     api.wait_for_dag("zone_inventory")
