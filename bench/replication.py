@@ -34,7 +34,7 @@ LAG_SECONDS = float(os.environ.get("ZONESYNC_BENCH_LAG_SECONDS", 60))
 LAG_RATE = 1000
 
 DDL = (
-    "CREATE TABLE IF NOT EXISTS zonesync_app.bench_rows (id BIGINT PRIMARY KEY, k INT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS zonesync_app.bench_repl_rows (id BIGINT PRIMARY KEY, k INT NOT NULL, "
     "v VARCHAR(64) NOT NULL, written_us BIGINT NOT NULL, _zs_origin SMALLINT NOT NULL DEFAULT 1, "
     "_zs_version BIGINT NOT NULL DEFAULT 1)"
 )
@@ -67,7 +67,7 @@ def _write_bulk(src, start_id: int, rows: int, per_txn: int) -> None:
         for lo in range(start_id, start_id + rows, per_txn):
             now = _now_us()
             cur.executemany(
-                "INSERT INTO bench_rows (id, k, v, written_us, _zs_version) VALUES (%s, %s, %s, %s, %s)",
+                "INSERT INTO bench_repl_rows (id, k, v, written_us, _zs_version) VALUES (%s, %s, %s, %s, %s)",
                 [(i, i % 1000, f"payload-{i}", now, i + 1) for i in range(lo, min(lo + per_txn, start_id + rows))],
             )
             conn.commit()
@@ -75,7 +75,7 @@ def _write_bulk(src, start_id: int, rows: int, per_txn: int) -> None:
 
 
 def _count(inst) -> int:
-    return int(_exec(inst, "SELECT COUNT(*) FROM zonesync_app.bench_rows")[0][0])
+    return int(_exec(inst, "SELECT COUNT(*) FROM zonesync_app.bench_repl_rows")[0][0])
 
 
 def _catch_up_rate(target, expected: int, base: int, timeout: float = 600) -> float:
@@ -110,7 +110,7 @@ def _lag(src, target, start_id: int) -> tuple[float, float]:
         watermark, seen = start_id - 1, set()
         while watermark < start_id + total - 1:
             with conn.cursor() as cur:
-                cur.execute("SELECT id, written_us FROM bench_rows WHERE id > %s", (watermark,))
+                cur.execute("SELECT id, written_us FROM bench_repl_rows WHERE id > %s", (watermark,))
                 rows = cur.fetchall()
             now = _now_us()
             for rid, written in rows:
@@ -139,7 +139,7 @@ def _lag(src, target, start_id: int) -> tuple[float, float]:
                 time.sleep(delay)
             rid = start_id + n
             cur.execute(
-                "INSERT INTO bench_rows (id, k, v, written_us, _zs_version) VALUES (%s, %s, %s, %s, %s)",
+                "INSERT INTO bench_repl_rows (id, k, v, written_us, _zs_version) VALUES (%s, %s, %s, %s, %s)",
                 (rid, rid % 1000, "lag", _now_us(), rid + 1),
             )
     conn.close()
@@ -224,7 +224,7 @@ def run(env: BenchEnv) -> list[Row]:
     dev_env.up_zone_bookkeeping(env.cfg)
     a, b = env.instances["a"], env.instances["b"]
     for inst in (a, b):
-        _exec(inst, "SET SESSION sql_log_bin = 0", DDL, "TRUNCATE zonesync_app.bench_rows")
+        _exec(inst, "SET SESSION sql_log_bin = 0", DDL, "TRUNCATE zonesync_app.bench_repl_rows")
     rows: list[Row] = []
     with Native(env) as native:
         zs = Zonesync(env)
