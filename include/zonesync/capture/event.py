@@ -23,7 +23,7 @@ import base64
 import datetime as dt
 import decimal
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 FILE_BITS, POS_BITS, ROW_BITS = 16, 32, 15
 MAX_ROWS_PER_EVENT = (1 << ROW_BITS) - 1
@@ -113,7 +113,8 @@ class ChangeEvent:
     is_retry: bool = False
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        # a shallow dict: dataclasses.asdict deep-copies every row image (a third of capture's CPU)
+        return json.dumps({f: getattr(self, f) for f in self.__dataclass_fields__}, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> ChangeEvent:
