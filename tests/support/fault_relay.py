@@ -21,6 +21,7 @@ class FaultRelay:
         self.faults = dict(faults)
         self.count = 0
         self.injected: list[tuple[str, int]] = []
+        self.blackholed: set[bytes] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -49,6 +50,13 @@ class FaultRelay:
                 def send(m, out=out):
                     producer.produce(out, key=m.key(), value=m.value(), partition=m.partition())
 
+                if msg.value() in self.blackholed:
+                    continue
+                if kind == "drop_always":
+                    self.blackholed.add(msg.value().replace(b'"is_retry":false', b'"is_retry":true'))
+                    self.blackholed.add(msg.value().replace(b'"is_retry":true', b'"is_retry":false'))
+                    self.injected.append((kind, self.count))
+                    continue
                 if held is not None:
                     send(msg)
                     send(held)  # the swapped pair goes out in reverse order
