@@ -82,43 +82,23 @@ class Applier:
         self._offsets: dict[tuple[str, int], int] = {}
 
     # -- meta side -----------------------------------------------------------
-    def _meta_exec(self, sql: str, args) -> None:
-        conn = self.meta.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-        finally:
-            conn.close()
-
     def alert(self, kind: str, detail: dict) -> None:
         log.error("ALERT %s in zone %s: %s", kind, self.zone, detail)
-        self._meta_exec(
+        self.meta.run(
             "INSERT INTO alerts (zone, kind, detail) VALUES (%s, %s, %s)",
             (self.zone, kind, json.dumps(detail, default=str)),
         )
 
     def _request_resend(self, source: str, partition: int, from_lsn: int) -> int:
-        conn = self.meta.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    "INSERT INTO resend_requests (source_zone, target_zone, partition_no, from_lsn) "
-                    "VALUES (%s, %s, %s, %s)",
-                    (source, self.zone, partition, from_lsn),
-                )
-                return int(cur.lastrowid)
-        finally:
-            conn.close()
+        _, request_id = self.meta.run(
+            "INSERT INTO resend_requests (source_zone, target_zone, partition_no, from_lsn) VALUES (%s, %s, %s, %s)",
+            (source, self.zone, partition, from_lsn),
+        )
+        return request_id
 
     def _request_status(self, request_id: int) -> tuple[str, str]:
-        conn = self.meta.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT status, detail FROM resend_requests WHERE id = %s", (request_id,))
-                row = cur.fetchone()
-                return (row[0], row[1]) if row else ("failed", "request vanished")
-        finally:
-            conn.close()
+        rows, _ = self.meta.run("SELECT status, detail FROM resend_requests WHERE id = %s", (request_id,))
+        return (rows[0][0], rows[0][1]) if rows else ("failed", "request vanished")
 
     # -- workers -------------------------------------------------------------
     def _writer(self) -> ZoneWriter:

@@ -35,10 +35,6 @@ class NetChange:
     first_event: ChangeEvent
 
 
-def event_version(e: ChangeEvent) -> int:
-    return e.version
-
-
 def merge(events: list[ChangeEvent]) -> list[NetChange]:
     """Net change per (table, pk), in first-seen order."""
     out: dict[tuple[str, str], NetChange] = {}
@@ -54,13 +50,13 @@ def merge(events: list[ChangeEvent]) -> list[NetChange]:
                 last_op=e.op,
                 old=None if e.op == INSERT else e.old,
                 new=None if e.op == DELETE else e.new,
-                version=event_version(e),
+                version=e.version,
                 events=1,
                 first_event=e,
             )
         else:
             cur.last_op = e.op
             cur.new = None if e.op == DELETE else e.new
-            cur.version = event_version(e)
+            cur.version = e.version
             cur.events += 1
     return list(out.values())

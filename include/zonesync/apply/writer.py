@@ -265,7 +265,3 @@ def lock_list(conn) -> list[dict]:
         {"table": t, "pk": json.loads(pk), "reason": r, "held_events": int(h), "locked_at": at, "event": e}
         for t, pk, r, h, at, e in rows
     ]
-
-
-def text_of(pk: dict) -> str:
-    return pk_text(encode_row(pk))

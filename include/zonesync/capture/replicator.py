@@ -155,31 +155,20 @@ class Replicator:
         return cp
 
     def _pending_resends(self) -> list[tuple[int, int, int]]:
-        conn = self.meta.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT id, partition_no, from_lsn FROM resend_requests WHERE source_zone = %s "
-                    "AND status = 'pending' ORDER BY id",
-                    (self.zone,),
-                )
-                return [(int(a), int(b), int(c)) for a, b, c in cur.fetchall()]
-        finally:
-            conn.close()
+        rows, _ = self.meta.run(
+            "SELECT id, partition_no, from_lsn FROM resend_requests WHERE source_zone = %s "
+            "AND status = 'pending' ORDER BY id",
+            (self.zone,),
+        )
+        return [(int(a), int(b), int(c)) for a, b, c in rows]
 
     def _finish_requests(self, ids: list[int], status: str, detail: str) -> None:
-        if not ids:
-            return
-        conn = self.meta.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    f"UPDATE resend_requests SET status = %s, detail = %s, done_at = NOW(6) "
-                    f"WHERE id IN ({', '.join(['%s'] * len(ids))})",
-                    (status, detail[:500], *ids),
-                )
-        finally:
-            conn.close()
+        if ids:
+            self.meta.run(
+                f"UPDATE resend_requests SET status = %s, detail = %s, done_at = NOW(6) "
+                f"WHERE id IN ({', '.join(['%s'] * len(ids))})",
+                (status, detail[:500], *ids),
+            )
 
     # -- the loop ----------------------------------------------------------------
     def run(self, max_seconds: float | None = None) -> None:

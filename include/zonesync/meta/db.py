@@ -82,6 +82,16 @@ class MetaConfig:
                 ) from None
             raise MetaError(f"meta store {self.host}:{self.port} unreachable: {exc.args[-1]}") from None
 
+    def run(self, sql: str, args=None) -> tuple[list[tuple], int]:
+        """One statement on a short-lived autocommit connection: (rows, lastrowid)."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                return list(cur.fetchall()), int(cur.lastrowid or 0)
+        finally:
+            conn.close()
+
     def describe(self) -> str:
         return f"{self.user}@{self.host}:{self.port}/{self.database}"
 

@@ -14,6 +14,7 @@ import getpass
 import json
 import os
 import socket
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from zonesync.meta.db import MetaConfig, MetaError
@@ -83,6 +84,26 @@ class MetaStore:
             conn.close()
 
     # -- versions ----------------------------------------------------------
+    @contextmanager
+    def _next_version(self):
+        """Lock the head row and yield (cursor, head + 1, zone ids by name); on success move
+        the head and commit, on any error roll everything back. Publishers serialise here."""
+        conn = self.meta.connect(autocommit=False)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT version FROM head WHERE id = 1 FOR UPDATE")
+                version = int(cur.fetchone()[0]) + 1
+                cur.execute("SELECT name, zone_id FROM zones")
+                zone_ids = {name: int(zid) for name, zid in cur.fetchall()}
+                yield cur, version, zone_ids
+                cur.execute("UPDATE head SET version = %s WHERE id = 1", (version,))
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
+
     def head(self) -> int:
         conn = self.connect()
         try:
@@ -100,32 +121,19 @@ class MetaStore:
         if not reason or not reason.strip():
             raise MetaError("a reason is required for every rules change: pass --reason '...'")
         author = author or default_actor()
-        conn = self.meta.connect(autocommit=False)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT version FROM head WHERE id = 1 FOR UPDATE")
-                version = int(cur.fetchone()[0]) + 1
-                cur.execute("SELECT name, zone_id FROM zones")
-                zone_ids = {name: int(zid) for name, zid in cur.fetchall()}
-                rule_check(rules, set(zone_ids), require_writable=require_writable)
-                doc = json.dumps(rules.to_doc(), sort_keys=True)
-                cur.execute(
-                    "INSERT INTO versions (version, kind, author, reason, rule_set) VALUES (%s, 'rules', %s, %s, %s)",
-                    (version, author, reason, doc),
-                )
-                cur.executemany(
-                    "INSERT INTO zsid_rules (version, zsid_lo, zsid_hi, owner_zone, status) VALUES (%s,%s,%s,%s,%s)",
-                    [(version, r.lo, r.hi, zone_ids[r.zone], r.status) for r in rules.rules],
-                )
-                cur.execute("UPDATE head SET version = %s WHERE id = 1", (version,))
-                audit(cur, author, "rules.publish", {"reason": reason, "rules": rules.to_doc()["rules"]}, version)
-            conn.commit()
-            return version
-        except BaseException:
-            conn.rollback()
-            raise
-        finally:
-            conn.close()
+        with self._next_version() as (cur, version, zone_ids):
+            rule_check(rules, set(zone_ids), require_writable=require_writable)
+            doc = json.dumps(rules.to_doc(), sort_keys=True)
+            cur.execute(
+                "INSERT INTO versions (version, kind, author, reason, rule_set) VALUES (%s, 'rules', %s, %s, %s)",
+                (version, author, reason, doc),
+            )
+            cur.executemany(
+                "INSERT INTO zsid_rules (version, zsid_lo, zsid_hi, owner_zone, status) VALUES (%s,%s,%s,%s,%s)",
+                [(version, r.lo, r.hi, zone_ids[r.zone], r.status) for r in rules.rules],
+            )
+            audit(cur, author, "rules.publish", {"reason": reason, "rules": rules.to_doc()["rules"]}, version)
+        return version
 
     def rules_at(self, version: int | None = None) -> tuple[int, RuleSet] | None:
         """The newest rules version <= `version` (default: newest), or None."""
@@ -179,44 +187,25 @@ class MetaStore:
     def publish_entities(self, changes: list[dict], reason: str, author: str | None = None) -> int:
         """Upsert entities (le_type, le_id, unit_zone, stop_write) as one new version."""
         author = author or default_actor()
-        conn = self.meta.connect(autocommit=False)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT version FROM head WHERE id = 1 FOR UPDATE")
-                version = int(cur.fetchone()[0]) + 1
-                cur.execute("SELECT name, zone_id FROM zones")
-                zone_ids = {name: int(zid) for name, zid in cur.fetchall()}
-                for i, ch in enumerate(changes):
-                    if ch["unit_zone"] not in zone_ids:
-                        raise MetaError(f"changes[{i}].unit_zone: unknown zone {ch['unit_zone']!r}")
-                cur.execute(
-                    "INSERT INTO versions (version, kind, author, reason) VALUES (%s, 'entities', %s, %s)",
-                    (version, author, reason),
-                )
-                cur.executemany(
-                    "INSERT INTO locating_entities (le_type, le_id, unit_zone, stop_write, version) "
-                    "VALUES (%s,%s,%s,%s,%s) ON DUPLICATE KEY UPDATE unit_zone = VALUES(unit_zone), "
-                    "stop_write = VALUES(stop_write), version = VALUES(version)",
-                    [
-                        (
-                            c["le_type"],
-                            str(c["le_id"]),
-                            zone_ids[c["unit_zone"]],
-                            int(bool(c.get("stop_write"))),
-                            version,
-                        )
-                        for c in changes
-                    ],
-                )
-                cur.execute("UPDATE head SET version = %s WHERE id = 1", (version,))
-                audit(cur, author, "entities.publish", {"reason": reason, "changes": changes}, version)
-            conn.commit()
-            return version
-        except BaseException:
-            conn.rollback()
-            raise
-        finally:
-            conn.close()
+        with self._next_version() as (cur, version, zone_ids):
+            for i, ch in enumerate(changes):
+                if ch["unit_zone"] not in zone_ids:
+                    raise MetaError(f"changes[{i}].unit_zone: unknown zone {ch['unit_zone']!r}")
+            cur.execute(
+                "INSERT INTO versions (version, kind, author, reason) VALUES (%s, 'entities', %s, %s)",
+                (version, author, reason),
+            )
+            cur.executemany(
+                "INSERT INTO locating_entities (le_type, le_id, unit_zone, stop_write, version) "
+                "VALUES (%s,%s,%s,%s,%s) ON DUPLICATE KEY UPDATE unit_zone = VALUES(unit_zone), "
+                "stop_write = VALUES(stop_write), version = VALUES(version)",
+                [
+                    (c["le_type"], str(c["le_id"]), zone_ids[c["unit_zone"]], int(bool(c.get("stop_write"))), version)
+                    for c in changes
+                ],
+            )
+            audit(cur, author, "entities.publish", {"reason": reason, "changes": changes}, version)
+        return version
 
     def entities(self) -> list[Entity]:
         conn = self.connect()
