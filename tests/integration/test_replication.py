@@ -123,3 +123,28 @@ def test_changed_behind_the_applier_is_locked_not_overwritten(cluster, guard_env
     with ga.transaction() as tx:
         tx.update("tenants", {"tenant_id": 3}, {"name": "v4"})
     wait_converged(zones, ("tenants",))
+
+
+def test_a_column_added_mid_stream_is_replicated(cluster, guard_env, zones):
+    """The replicator parses a table map once per table id (freeze_schema): an ALTER gives
+    the table a new id, so rows written after it are decoded with the new columns."""
+    with guard_env("a").transaction() as tx:
+        tx.insert("tenants", {"tenant_id": 1, "name": "before"})
+    wait_converged(zones, ("tenants",))
+    for z in ZONES:
+        with zones[z].connect("zonesync_app").cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("ALTER TABLE tenants ADD COLUMN note VARCHAR(20) NULL")
+    try:
+        ga = guard_env("a")
+        with ga.transaction() as tx:
+            tx.insert("tenants", {"tenant_id": 2, "name": "after", "note": "new column"})
+            tx.update("tenants", {"tenant_id": 1}, {"note": "set later"})
+        sums = wait_converged(zones, ("tenants",))
+        notes = {row[0]: row[-1] for row in sums["tenants"]["b"]}
+        assert notes == {1: "set later", 2: "new column"}, sums["tenants"]["b"]
+    finally:
+        for z in ZONES:
+            with zones[z].connect("zonesync_app").cursor() as cur:
+                cur.execute("SET SESSION sql_log_bin = 0")
+                cur.execute("ALTER TABLE tenants DROP COLUMN IF EXISTS note")

@@ -107,3 +107,38 @@ def test_unrepairable_gap_halts_the_partition_and_alerts(faulty, guard_env, zone
     cluster.start(which=("applier",), zones=("b",))
     time.sleep(1.0)
     assert checksum(zones["b"]) == rows_b
+
+
+def test_refused_resend_halts_at_once(faulty, guard_env, zones, meta):
+    """A resend the replicator cannot serve (its checkpoint history no longer reaches
+    back: "needs full copy") halts the partition at once, however many resends are left."""
+    cluster, relay = faulty({3: "drop_always"}, resend_timeout=0.3, max_resends=50)
+    _write(guard_env("a"), 6)
+    deadline = time.monotonic() + 20
+    while not _resend_requests(meta) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _resend_requests(meta), "the gap must be noticed"
+    # The history is lost (pruned, a restored meta store): only the newest checkpoint
+    # is left, and it is past the gap.
+    cluster.stop("replicator-a")
+    with meta.connect().cursor() as cur:
+        cur.execute(
+            "DELETE FROM replicator_checkpoints WHERE zone = 'a' AND lsn < "
+            "(SELECT m FROM (SELECT MAX(lsn) m FROM replicator_checkpoints WHERE zone = 'a') x)"
+        )
+    cluster.start(which=("replicator",))
+    deadline = time.monotonic() + 30
+    row = None
+    while time.monotonic() < deadline:
+        with zones["b"].connect().cursor() as cur:
+            cur.execute("SELECT status, detail FROM zonesync.apply_state WHERE source_zone = 'a'")
+            row = cur.fetchone()
+        if row and row[0] == "halted":
+            break
+        time.sleep(0.1)
+    assert row and row[0] == "halted", row
+    assert "impossible" in row[1] and "full copy" in row[1], row[1]
+    served = [r for r in _resend_requests(meta) if r[2] == "done"]
+    assert len(served) < 50, "halted because the resend was refused, not because resends ran out"
+    assert [r for r in _resend_requests(meta) if r[2] == "failed"], "the refusal is recorded on the request"
+    assert [r[0] for r in checksum(zones["b"])] == [0, 1], "nothing after the gap may be applied"

@@ -14,10 +14,12 @@ Protocol:
    the source's replicator for a resend (a row in meta), ask again after
    `resend_timeout`, and after `max_resends` halt the partition with an alert
    (seed: 停止复制 + 报警). A resend the replicator cannot serve halts at once.
-4. Apply: each partition's accepted chain is one transaction (writer.py):
-   merged per key, version-guarded, data-locked, with its position. Partitions
-   are applied in parallel on `workers` connections; per-key order holds since
-   a key has one partition and a partition is applied by one worker at a time.
+4. Apply: the accepted chains of one round are applied on `workers`
+   connections, partition p on worker p % workers, each worker's share as one
+   transaction (writer.py): merged per key, version-guarded, data-locked, with
+   every partition's position. Per-key order holds since a key has one
+   partition number in every source and a partition one worker. While a round
+   is applied the next one accumulates, so batches grow with the load.
 5. Lag per (source, partition) goes to meta every second; `zonesync lag`.
 
 Any error (zone down, broker gone) drops the consumer and the connections and
@@ -196,8 +198,13 @@ class Applier:
                     if filtered.gap:
                         gaps[key] = filtered.gap
                 if jobs:
-                    futures = {key: pool.submit(self._apply_one, key, chain) for key, chain in jobs.items()}
-                    for fut in futures.values():
+                    # One transaction per worker: partition p always goes to worker p % workers,
+                    # so a key (one partition number in every source) is applied by one worker.
+                    rounds: dict[int, list] = {}
+                    for key, chain in jobs.items():
+                        rounds.setdefault(key[1] % self.workers, []).append((key, chain))
+                    futures = [pool.submit(self._apply_round, batch) for batch in rounds.values()]
+                    for fut in futures:
                         fut.result()  # re-raises: the pass restarts from apply_state
                 for key in jobs:  # progress: an earlier gap was repaired
                     self.state[key].gap_since = None
@@ -219,16 +226,17 @@ class Applier:
             pool.shutdown(wait=True)
             consumer.close()
 
-    def _apply_one(self, key: tuple[str, int], chain: list[tuple[ChangeEvent, int]]) -> None:
-        source, partition = key
-        events = [e for e, _ in chain]
-        result = self._writer().apply(source, partition, events, chain[-1][1])
-        st = self.state[key]
-        st.applied_lsn = events[-1].lsn
-        self._offsets[key] = chain[-1][1]
-        self._last_commit_ts[key] = events[-1].commit_ts
+    def _apply_round(self, jobs: list[tuple[tuple[str, int], list[tuple[ChangeEvent, int]]]]) -> None:
+        result = self._writer().apply_many(
+            [(source, partition, [e for e, _ in chain], chain[-1][1]) for (source, partition), chain in jobs]
+        )
+        for key, chain in jobs:
+            last_event, last_offset = chain[-1]
+            self.state[key].applied_lsn = last_event.lsn
+            self._offsets[key] = last_offset
+            self._last_commit_ts[key] = last_event.commit_ts
         self.applied += result.applied
-        for table, pk, reason in result.locked:
+        for source, table, pk, reason in result.locked:
             self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
 
     def _on_gap(self, consumer, key, gap) -> None:
@@ -287,9 +295,11 @@ class Applier:
         now = time.time()
         for (source, partition), st in self.state.items():
             try:
-                _, high = consumer.get_watermark_offsets(
-                    TopicPartition(self.topic_of(source), partition), timeout=0.5, cached=False
-                )
+                # the high watermark the last fetch brought (no broker round trip); a
+                # partition nothing was fetched from yet reports a negative one: skip it
+                _, high = consumer.get_watermark_offsets(TopicPartition(self.topic_of(source), partition), cached=True)
+                if high < 0:
+                    continue
             except Exception:  # noqa: BLE001 - lag is best effort
                 continue
             behind = max(0, high - (self._offsets.get((source, partition), -1) + 1))

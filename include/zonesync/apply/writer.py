@@ -39,7 +39,7 @@ class ApplyError(RuntimeError):
 class BatchResult:
     applied: int = 0
     skipped: int = 0
-    locked: list[tuple[str, str, str]] = field(default_factory=list)  # (table, pk, reason)
+    locked: list[tuple[str, str, str, str]] = field(default_factory=list)  # (source, table, pk, reason)
 
 
 def q(name: str) -> str:
@@ -90,11 +90,21 @@ class ZoneWriter:
         return self._pks[table]
 
     def apply(self, source_zone: str, partition: int, events: list[ChangeEvent], last_offset: int) -> BatchResult:
-        """Apply a batch; a deadlock or lock-wait timeout retries the whole transaction."""
+        return self.apply_many([(source_zone, partition, events, last_offset)])
+
+    def apply_many(self, batches: list[tuple[str, int, list[ChangeEvent], int]]) -> BatchResult:
+        """Apply several partitions' batches as one transaction.
+
+        Each batch is (source zone, partition, events in order, Kafka offset of the
+        last). One commit for all of them is what lets a busy applier's batches grow
+        (Otter's batching): the fixed cost of a transaction is paid once per round,
+        not once per partition. A deadlock or lock-wait timeout retries the whole
+        transaction.
+        """
         for attempt in range(6):
             conn = self.connect()
             try:
-                result = self._apply(conn, source_zone, partition, events, last_offset)
+                result = self._apply(conn, batches)
                 conn.commit()
                 return result
             except pymysql.err.OperationalError as exc:
@@ -112,24 +122,34 @@ class ZoneWriter:
         except pymysql.err.Error:
             self.close()
 
-    def _apply(self, conn, source_zone, partition, events, last_offset) -> BatchResult:
+    def _apply(self, conn, batches) -> BatchResult:
         result = BatchResult()
-        by_table: dict[str, list[NetChange]] = {}
-        for change in merge(events):
-            by_table.setdefault(change.table, []).append(change)
+        by_source: dict[str, list[ChangeEvent]] = {}
+        for source_zone, _, events, _ in batches:
+            by_source.setdefault(source_zone, []).extend(events)
         with conn.cursor() as cur:
-            for table, changes in by_table.items():
-                self._apply_table(cur, table, changes, result)
-            last = events[-1]
+            # One source at a time: a key's events from one source are in order (one
+            # partition); two sources' changes of the same key are judged one after the
+            # other by their versions, the second seeing what the first wrote.
+            for source_zone, events in by_source.items():
+                by_table: dict[str, list[NetChange]] = {}
+                for change in merge(events):
+                    by_table.setdefault(change.table, []).append(change)
+                for table, changes in by_table.items():
+                    self._apply_table(cur, source_zone, table, changes, result)
             cur.execute(
-                "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) "
-                "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), "
-                "kafka_offset = VALUES(kafka_offset)",
-                (source_zone, partition, last.lsn, last_offset),
+                "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) VALUES "
+                + ", ".join(["(%s, %s, %s, %s)"] * len(batches))
+                + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)",
+                [
+                    v
+                    for source_zone, partition, events, offset in batches
+                    for v in (source_zone, partition, events[-1].lsn, offset)
+                ],
             )
         return result
 
-    def _apply_table(self, cur, table: str, changes: list[NetChange], result: BatchResult) -> None:
+    def _apply_table(self, cur, source_zone: str, table: str, changes: list[NetChange], result: BatchResult) -> None:
         pk_cols = self.primary_key(table)
         for change in changes:
             if sorted(change.pk) != sorted(pk_cols):
@@ -137,8 +157,7 @@ class ZoneWriter:
         keys = [tuple(decode_row(c.pk)[k] for k in pk_cols) for c in changes]
         targets = self._read_targets(cur, table, pk_cols, keys)  # by pk text
         texts = [c.pk_text for c in changes]
-        tombstones = self._lookup(cur, "SELECT pk, version FROM zonesync.tombstones", table, texts)
-        locks = self._lookup(cur, "SELECT pk, held_events FROM zonesync.row_locks", table, texts)
+        tombstones, locks = self._bookkeeping(cur, table, texts)
 
         upserts: list[dict] = []
         deletes: list[tuple] = []
@@ -153,11 +172,19 @@ class ZoneWriter:
                     held.append((change.events, table, change.pk_text))
                 continue
             if action.kind == LOCK:
-                result.locked.append((table, change.pk_text, action.reason))
+                result.locked.append((source_zone, table, change.pk_text, action.reason))
+                # the first event is the one that locked the row; merged later ones are held
                 cur.execute(
-                    "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event) VALUES (%s, %s, %s, %s) "
-                    "ON DUPLICATE KEY UPDATE held_events = held_events + 1",
-                    (table, change.pk_text, action.reason[:500], change.first_event.to_json().decode()),
+                    "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event, held_events) "
+                    "VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE held_events = held_events + %s",
+                    (
+                        table,
+                        change.pk_text,
+                        action.reason[:500],
+                        change.first_event.to_json().decode(),
+                        change.events - 1,
+                        change.events,
+                    ),
                 )
                 result.skipped += change.events
                 continue
@@ -199,13 +226,22 @@ class ZoneWriter:
         return out
 
     @staticmethod
-    def _lookup(cur, select: str, table: str, texts: list[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def _bookkeeping(cur, table: str, texts: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+        """Tombstone versions and held-event counts of locked rows, in one round trip."""
+        tombstones: dict[str, int] = {}
+        locks: dict[str, int] = {}
         for start in range(0, len(texts), 500):
             chunk = texts[start : start + 500]
-            cur.execute(f"{select} WHERE table_name = %s AND pk IN ({', '.join(['%s'] * len(chunk))})", [table, *chunk])
-            out.update({pk: int(v) for pk, v in cur.fetchall()})
-        return out
+            marks = ", ".join(["%s"] * len(chunk))
+            cur.execute(
+                f"SELECT 't', pk, version FROM zonesync.tombstones WHERE table_name = %s AND pk IN ({marks}) "
+                f"UNION ALL SELECT 'l', pk, held_events FROM zonesync.row_locks WHERE table_name = %s "
+                f"AND pk IN ({marks})",
+                [table, *chunk, table, *chunk],
+            )
+            for kind, pk, value in cur.fetchall():
+                (tombstones if kind == "t" else locks)[pk] = int(value)
+        return tombstones, locks
 
     @staticmethod
     def _upsert(cur, table: str, rows: list[dict]) -> None:

@@ -13,9 +13,12 @@ Protocol, one pass of `run()`:
    now owned by b and deleted in b, is deleted by b's guard, so b publishes it.
 4. At Xid: each row becomes a ChangeEvent with its deterministic LSN and the
    prev_lsn of its partition, produced with the idempotent producer.
-5. Checkpoint: every `checkpoint_interval` (or when idle), flush the producer;
-   only when the broker acked everything is the position after the last Xid
-   saved, with the per-partition last LSNs.
+5. Checkpoint: every `checkpoint_interval` (or when idle) the position after
+   the last Xid, with the per-partition last LSNs, is taken together with how
+   many events each partition had been given; it is saved only once the broker
+   acked that many in every partition (acks arrive in order per partition).
+   Reading never waits for the broker: a crash loses only unsaved checkpoints,
+   and restarting from an older one re-publishes the same LSNs.
 6. Resend: pending requests in meta rewind the reader to the newest checkpoint
    that re-reads the asked partition from the asked LSN; events up to the old
    high-water mark are re-published with is_retry for the asked partitions
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import pymysql
@@ -221,10 +225,17 @@ class Replicator:
         partition_lsns = dict(cp.partition_lsns)
         hwm = max(cp.published_hwm, retry_until)
         errors: list[str] = []
+        # Delivery accounting per partition: the broker acks a partition's messages in the
+        # order they were produced (idempotent producer), so "acked[p] >= produced[p] at
+        # checkpoint C, for every p" proves that everything up to C is stored.
+        produced = [0] * self.partitions
+        acked = [0] * self.partitions
 
         def on_delivery(err, msg):
             if err is not None:
                 errors.append(str(err))
+            else:
+                acked[msg.partition()] += 1
 
         bootstrap_used = self.bootstrap()
 
@@ -242,6 +253,12 @@ class Replicator:
                 log_pos=cp.log_pos,
                 blocking=True,
                 slave_heartbeat=0.25,
+                # A table map is parsed once per table id: a table's id changes with its
+                # definition (ALTER makes a new table share), and the library forgets every
+                # map at each binlog rotation (ids restart after a server restart, which
+                # always starts a new file). Re-parsing it for every transaction was half of
+                # the CPU of single-row transactions.
+                freeze_schema=True,
                 only_events=[
                     GtidEvent,
                     MariadbGtidEvent,
@@ -258,11 +275,14 @@ class Replicator:
         except Exception:
             producer.flush(5)
             raise
+        # Checkpoints in flight: (checkpoint, produced counts when it was taken), oldest first.
+        in_flight: deque[tuple[Checkpoint, list[int]]] = deque()
+        boundary: tuple[str, int] | None = None  # position after the last commit read
+        boundary_dirty = False
         try:
             txn: _Txn | None = None
             last_cp_time = time.monotonic()
             last_request_poll = time.monotonic()
-            pending_cp: Checkpoint | None = None
             for ev in stream:
                 if self.stopping or (deadline and time.monotonic() > deadline):
                     break
@@ -278,91 +298,146 @@ class Replicator:
                     if ev.schema not in self.source.schemas:
                         continue
                     end_pos = ev.packet.log_pos
-                    for i, row in enumerate(ev.rows):
-                        if isinstance(ev, WriteRowsEvent):
-                            op, old, new = INSERT, None, row["values"]
-                        elif isinstance(ev, UpdateRowsEvent):
-                            op, old, new = UPDATE, row["before_values"], row["after_values"]
-                        else:
-                            op, old, new = DELETE, row["values"], None
-                        txn.rows.append((ev.schema, ev.table, op, old, new, end_pos, i))
+                    if isinstance(ev, WriteRowsEvent):
+                        txn.rows.extend(
+                            (ev.schema, ev.table, INSERT, None, r["values"], end_pos, i) for i, r in enumerate(ev.rows)
+                        )
+                    elif isinstance(ev, UpdateRowsEvent):
+                        txn.rows.extend(
+                            (ev.schema, ev.table, UPDATE, r["before_values"], r["after_values"], end_pos, i)
+                            for i, r in enumerate(ev.rows)
+                        )
+                    else:
+                        txn.rows.extend(
+                            (ev.schema, ev.table, DELETE, r["values"], None, end_pos, i) for i, r in enumerate(ev.rows)
+                        )
                 elif isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() == "COMMIT"):
                     if txn is not None and txn.rows and not txn.skip:
-                        fno = file_number(log_file)
-                        count = len(txn.rows)
-                        for index, (schema, table, op, old, new, end_pos, i) in enumerate(txn.rows):
-                            image = new if new is not None else old
-                            pk_cols = self._primary_key(schema, table)
-                            pk = {c: image[c] for c in pk_cols}
-                            enc_pk = encode_row(pk)
-                            partition = transport.partition_of(table, pk_text(enc_pk), self.partitions)
-                            lsn = make_lsn(fno, end_pos, i)
-                            event = ChangeEvent(
-                                lsn=lsn,
-                                prev_lsn=partition_lsns.get(partition, 0),
-                                source_zone=self.zone,
-                                origin_zone=int(image.get("_zs_origin") or self.zone_id),
-                                table=table,
-                                pk=enc_pk,
-                                op=op,
-                                old=encode_row(old),
-                                new=encode_row(new),
-                                # a delete's version is the deleted row's + 1: its tombstone
-                                # outranks every earlier image of the row
-                                version=int(image.get("_zs_version") or 0) + (1 if op == DELETE else 0),
-                                txn_id=txn.txn_id,
-                                row_index=index,
-                                row_count=count,
-                                commit_ts=int(ev.timestamp),
-                                partition=partition,
-                                is_retry=lsn <= hwm,
-                            )
-                            partition_lsns[partition] = lsn
-                            if event.is_retry and retry_partitions is not None and partition not in retry_partitions:
-                                continue
-                            self._produce(producer, event, on_delivery)
-                            hwm = max(hwm, lsn)
+                        hwm = self._publish_txn(
+                            producer,
+                            txn,
+                            log_file,
+                            int(ev.timestamp),
+                            partition_lsns,
+                            hwm,
+                            retry_partitions,
+                            produced,
+                            on_delivery,
+                        )
                     txn = None
-                    pending_cp = Checkpoint(
-                        self.zone,
-                        max(partition_lsns.values(), default=0),
-                        log_file,
-                        ev.packet.log_pos,
-                        dict(partition_lsns),
-                        hwm,
-                    )
+                    boundary = (log_file, ev.packet.log_pos)
+                    boundary_dirty = True
                 if errors:
                     raise ReplicatorError(f"broker refused events: {errors[0]}")
                 now = time.monotonic()
                 idle = isinstance(ev, HeartbeatLogEvent)
                 if idle and self.bootstrap() != bootstrap_used:
                     raise ReplicatorError("the broker moved (new bootstrap): reconnecting")
-                if pending_cp and (idle or now - last_cp_time >= self.checkpoint_interval):
-                    self._checkpoint(producer, pending_cp, errors)
-                    pending_cp = None
+                if boundary_dirty and (idle or now - last_cp_time >= self.checkpoint_interval):
+                    # take a checkpoint at the last commit; it is saved once the broker acked it
+                    cp_now = Checkpoint(
+                        self.zone,
+                        max(partition_lsns.values(), default=0),
+                        boundary[0],
+                        boundary[1],
+                        dict(partition_lsns),
+                        hwm,
+                    )
+                    in_flight.append((cp_now, list(produced)))
+                    boundary_dirty = False
                     last_cp_time = now
-                if resend_ids and hwm >= retry_until and pending_cp is None:
-                    # everything up to the old high-water mark was re-published and acked
-                    # (checkpointed, or nothing new since): the resend is served
+                if in_flight:
+                    producer.poll(0)
+                    self._save_acked(in_flight, acked, errors)
+                if resend_ids and hwm >= retry_until and not boundary_dirty:
+                    # everything up to the old high-water mark was re-published: once the
+                    # broker acked it, the resend is served
                     if producer.flush(5) == 0 and not errors:
+                        self._save_acked(in_flight, acked, errors)
                         self._finish_requests(resend_ids, "done", f"resent up to LSN {hwm}")
                         resend_ids = []
                         retry_partitions = None
                 if now - last_request_poll >= self.resend_poll and txn is None:
                     last_request_poll = now
                     if self._pending_resends():
-                        if pending_cp:
-                            self._checkpoint(producer, pending_cp, errors)
+                        self._drain(producer, in_flight, acked, errors)
                         return  # start a new pass that rewinds for the request
-            if pending_cp:
-                self._checkpoint(producer, pending_cp, errors)
+            if boundary_dirty:
+                in_flight.append(
+                    (
+                        Checkpoint(
+                            self.zone,
+                            max(partition_lsns.values(), default=0),
+                            boundary[0],
+                            boundary[1],
+                            dict(partition_lsns),
+                            hwm,
+                        ),
+                        list(produced),
+                    )
+                )
+            self._drain(producer, in_flight, acked, errors)
         finally:
             stream.close()
             producer.flush(10)
 
-    def _produce(self, producer: Producer, event: ChangeEvent, on_delivery) -> None:
+    def _publish_txn(
+        self, producer, txn, log_file, commit_ts, partition_lsns, hwm, retry_partitions, produced, on_delivery
+    ) -> int:
+        """Step 4: one committed transaction's rows as ChangeEvents; returns the new high-water mark."""
+        fno = file_number(log_file)
+        count = len(txn.rows)
+        for index, (schema, table, op, old, new, end_pos, i) in enumerate(txn.rows):
+            image = new if new is not None else old
+            pk_cols = self._primary_key(schema, table)
+            enc_pk = encode_row({c: image[c] for c in pk_cols})
+            text = pk_text(enc_pk)
+            partition = transport.partition_of(table, text, self.partitions)
+            lsn = make_lsn(fno, end_pos, i)
+            event = ChangeEvent(
+                lsn=lsn,
+                prev_lsn=partition_lsns.get(partition, 0),
+                source_zone=self.zone,
+                origin_zone=int(image.get("_zs_origin") or self.zone_id),
+                table=table,
+                pk=enc_pk,
+                op=op,
+                old=encode_row(old),
+                new=encode_row(new),
+                # a delete's version is the deleted row's + 1: its tombstone
+                # outranks every earlier image of the row
+                version=int(image.get("_zs_version") or 0) + (1 if op == DELETE else 0),
+                txn_id=txn.txn_id,
+                row_index=index,
+                row_count=count,
+                commit_ts=commit_ts,
+                partition=partition,
+                is_retry=lsn <= hwm,
+            )
+            partition_lsns[partition] = lsn
+            if event.is_retry and retry_partitions is not None and partition not in retry_partitions:
+                continue
+            self._produce(producer, event, f"{table}:{text}".encode(), on_delivery)
+            produced[partition] += 1
+            hwm = max(hwm, lsn)
+        return hwm
+
+    def _save_acked(self, in_flight: deque, acked: list[int], errors: list[str]) -> None:
+        """Step 5: save the newest checkpoint the broker acked everything up to."""
+        newest = None
+        while in_flight and all(a >= n for a, n in zip(acked, in_flight[0][1], strict=True)):
+            newest = in_flight.popleft()[0]
+        if newest is not None and not errors:
+            self.store.save(newest)
+
+    def _drain(self, producer: Producer, in_flight: deque, acked: list[int], errors: list[str]) -> None:
+        remaining = producer.flush(5)
+        if remaining or errors:
+            raise ReplicatorError(f"broker did not ack {remaining} events ({errors[:1]}): checkpoint not advanced")
+        self._save_acked(in_flight, acked, errors)
+
+    def _produce(self, producer: Producer, event: ChangeEvent, key: bytes, on_delivery) -> None:
         payload = event.to_json()
-        key = f"{event.table}:{pk_text(event.pk)}".encode()
         while True:
             try:
                 producer.produce(self.topic, value=payload, key=key, partition=event.partition, on_delivery=on_delivery)
@@ -371,11 +446,4 @@ class Replicator:
                 producer.poll(0.05)
             except KafkaException as exc:
                 raise ReplicatorError(f"produce failed: {exc}") from exc
-        producer.poll(0)
         self.published += 1
-
-    def _checkpoint(self, producer: Producer, cp: Checkpoint, errors: list[str]) -> None:
-        remaining = producer.flush(5)
-        if remaining or errors:
-            raise ReplicatorError(f"broker did not ack {remaining} events ({errors[:1]}): checkpoint not advanced")
-        self.store.save(cp)
