@@ -15,7 +15,11 @@ def cmd_replicate(args) -> int:
 def cmd_apply(args) -> int:
     from zonesync import workers
 
-    return workers.run_forever(workers.build_applier(args.zone, args.workers))
+    try:
+        weights = workers.parse_table_weights(args.table_weights) if args.table_weights else None
+    except ValueError as exc:
+        raise SystemExit(f"zonesync apply: {exc}") from None
+    return workers.run_forever(workers.build_applier(args.zone, args.workers, table_weights=weights))
 
 
 def cmd_lag(args) -> int:
@@ -135,6 +139,12 @@ def register(sub) -> None:
     app = sub.add_parser("apply", help="run the applier of a zone (Kafka -> zone) in the foreground")
     app.add_argument("--zone", required=True)
     app.add_argument("--workers", type=int, default=4, help="parallel apply connections")
+    app.add_argument(
+        "--table-weights",
+        metavar="T=W,...",
+        help="apply order of tables within a round, lightest first, e.g. tenants=1,orders=2 "
+        "(default: $ZONESYNC_APPLY_TABLE_WEIGHTS; unlisted tables weigh 0)",
+    )
     app.set_defaults(func=cmd_apply)
     lag = sub.add_parser("lag", help="replication lag per source and target zone")
     lag.add_argument("--partitions", action="store_true")

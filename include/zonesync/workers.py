@@ -62,7 +62,18 @@ def build_replicator(zone: str, server_id: int | None = None, env: dict | None =
     )
 
 
-def build_applier(zone: str, workers: int = 4, env: dict | None = None):
+def parse_table_weights(text: str | None, source: str = "--table-weights") -> dict[str, int]:
+    """'tenants=1,orders=2' -> {'tenants': 1, 'orders': 2}; unlisted tables weigh 0."""
+    weights: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        table, sep, value = part.partition("=")
+        if not sep or not table.strip() or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"{source}: {part!r} is not TABLE=INTEGER (example: tenants=1,orders=2)")
+        weights[table.strip()] = int(value)
+    return weights
+
+
+def build_applier(zone: str, workers: int = 4, env: dict | None = None, table_weights: dict[str, int] | None = None):
     from zonesync.apply.applier import Applier
     from zonesync.apply.writer import ZoneWriter
 
@@ -76,6 +87,12 @@ def build_applier(zone: str, workers: int = 4, env: dict | None = None):
         meta=MetaConfig.from_env(env),
         partitions=transport.partitions(env),
         workers=workers,
+        table_weights=table_weights
+        if table_weights is not None
+        else parse_table_weights(
+            (env if env is not None else os.environ).get("ZONESYNC_APPLY_TABLE_WEIGHTS"),
+            "ZONESYNC_APPLY_TABLE_WEIGHTS",
+        ),
     )
 
 

@@ -60,6 +60,7 @@ class Applier:
         max_batch: int = 2000,
         topic_of=transport.topic,
         tombstone_horizon_s: float = 7 * 86400,
+        table_weights: dict[str, int] | None = None,
     ):
         self.zone = zone
         self.sources = sources
@@ -73,6 +74,8 @@ class Applier:
         self.max_batch = max_batch
         self.topic_of = topic_of
         self.tombstone_horizon_s = tombstone_horizon_s
+        self.table_weights = dict(table_weights or {})
+        self._count_lock = threading.Lock()
         self._last_gc = 0.0
         self._source_of_topic = {topic_of(s): s for s in sources}
         self.stopping = False
@@ -203,9 +206,7 @@ class Applier:
                     rounds: dict[int, list] = {}
                     for key, chain in jobs.items():
                         rounds.setdefault(key[1] % self.workers, []).append((key, chain))
-                    futures = [pool.submit(self._apply_round, batch) for batch in rounds.values()]
-                    for fut in futures:
-                        fut.result()  # re-raises: the pass restarts from apply_state
+                    self._run_round(pool, list(rounds.values()))
                 for key in jobs:  # progress: an earlier gap was repaired
                     self.state[key].gap_since = None
                     self.state[key].resend_attempts = 0
@@ -226,16 +227,43 @@ class Applier:
             pool.shutdown(wait=True)
             consumer.close()
 
-    def _apply_round(self, jobs: list[tuple[tuple[str, int], list[tuple[ChangeEvent, int]]]]) -> None:
-        result = self._writer().apply_many(
-            [(source, partition, [e for e, _ in chain], chain[-1][1]) for (source, partition), chain in jobs]
-        )
-        for key, chain in jobs:
-            last_event, last_offset = chain[-1]
-            self.state[key].applied_lsn = last_event.lsn
-            self._offsets[key] = last_offset
-            self._last_commit_ts[key] = last_event.commit_ts
-        self.applied += result.applied
+    def _run_round(self, pool, shares: list[list]) -> None:
+        """Apply one round: weight levels in ascending order (Otter's 权重), the workers'
+        shares of a level in parallel, every partition's position with the last level.
+
+        Tables without a weight are level 0. A level starts only when the previous one
+        committed in every worker, so rows of a heavier table (a child) never land
+        before the lighter ones (its parent) of the same round.
+        """
+        levels = sorted({self.table_weights.get(e.table, 0) for share in shares for _, ch in share for e, _ in ch})
+        for i, level in enumerate(levels):
+            last = i == len(levels) - 1
+            futures = []
+            for share in shares:
+                if len(levels) == 1:
+                    changes = [(key[0], [e for e, _ in chain]) for key, chain in share]
+                else:
+                    changes = [
+                        (key[0], [e for e, _ in chain if self.table_weights.get(e.table, 0) == level])
+                        for key, chain in share
+                    ]
+                    changes = [c for c in changes if c[1]]
+                positions = [(key[0], key[1], chain[-1][0].lsn, chain[-1][1]) for key, chain in share] if last else []
+                if changes or positions:
+                    futures.append(pool.submit(self._apply_share, changes, positions))
+            for fut in futures:
+                fut.result()  # re-raises: the pass restarts from apply_state
+        for share in shares:
+            for key, chain in share:
+                last_event, last_offset = chain[-1]
+                self.state[key].applied_lsn = last_event.lsn
+                self._offsets[key] = last_offset
+                self._last_commit_ts[key] = last_event.commit_ts
+
+    def _apply_share(self, changes, positions) -> None:
+        result = self._writer().apply_many(changes, positions)
+        with self._count_lock:
+            self.applied += result.applied
         for source, table, pk, reason in result.locked:
             self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
 

@@ -90,21 +90,25 @@ class ZoneWriter:
         return self._pks[table]
 
     def apply(self, source_zone: str, partition: int, events: list[ChangeEvent], last_offset: int) -> BatchResult:
-        return self.apply_many([(source_zone, partition, events, last_offset)])
+        return self.apply_many([(source_zone, events)], [(source_zone, partition, events[-1].lsn, last_offset)])
 
-    def apply_many(self, batches: list[tuple[str, int, list[ChangeEvent], int]]) -> BatchResult:
-        """Apply several partitions' batches as one transaction.
+    def apply_many(
+        self, changes: list[tuple[str, list[ChangeEvent]]], positions: list[tuple[str, int, int, int]]
+    ) -> BatchResult:
+        """Apply several partitions' events and record their positions, as one transaction.
 
-        Each batch is (source zone, partition, events in order, Kafka offset of the
-        last). One commit for all of them is what lets a busy applier's batches grow
-        (Otter's batching): the fixed cost of a transaction is paid once per round,
-        not once per partition. A deadlock or lock-wait timeout retries the whole
-        transaction.
+        `changes` is (source zone, events in order) per partition; `positions` is
+        (source zone, partition, applied LSN, Kafka offset). One commit for all of them
+        is what lets a busy applier's batches grow (Otter's batching): the fixed cost of
+        a transaction is paid once per round, not once per partition. Positions may be
+        left out (a lower table-weight level, applied before the level that records
+        them): a crash in between re-applies those rows, and their versions make that
+        a no-op. A deadlock or lock-wait timeout retries the whole transaction.
         """
         for attempt in range(6):
             conn = self.connect()
             try:
-                result = self._apply(conn, batches)
+                result = self._apply(conn, changes, positions)
                 conn.commit()
                 return result
             except pymysql.err.OperationalError as exc:
@@ -122,10 +126,10 @@ class ZoneWriter:
         except pymysql.err.Error:
             self.close()
 
-    def _apply(self, conn, batches) -> BatchResult:
+    def _apply(self, conn, changes, positions) -> BatchResult:
         result = BatchResult()
         by_source: dict[str, list[ChangeEvent]] = {}
-        for source_zone, _, events, _ in batches:
+        for source_zone, events in changes:
             by_source.setdefault(source_zone, []).extend(events)
         with conn.cursor() as cur:
             # One source at a time: a key's events from one source are in order (one
@@ -135,18 +139,15 @@ class ZoneWriter:
                 by_table: dict[str, list[NetChange]] = {}
                 for change in merge(events):
                     by_table.setdefault(change.table, []).append(change)
-                for table, changes in by_table.items():
-                    self._apply_table(cur, source_zone, table, changes, result)
-            cur.execute(
-                "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) VALUES "
-                + ", ".join(["(%s, %s, %s, %s)"] * len(batches))
-                + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)",
-                [
-                    v
-                    for source_zone, partition, events, offset in batches
-                    for v in (source_zone, partition, events[-1].lsn, offset)
-                ],
-            )
+                for table, net in by_table.items():
+                    self._apply_table(cur, source_zone, table, net, result)
+            if positions:
+                cur.execute(
+                    "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) VALUES "
+                    + ", ".join(["(%s, %s, %s, %s)"] * len(positions))
+                    + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)",
+                    [v for pos in positions for v in pos],
+                )
         return result
 
     def _apply_table(self, cur, source_zone: str, table: str, changes: list[NetChange], result: BatchResult) -> None:
