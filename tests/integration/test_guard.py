@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import guard_process
 from tests.support.rules import meta_url, rules_doc
 from tests.support.tcp_proxy import TcpProxy
 from zonesync.dal import (
@@ -234,15 +235,7 @@ def test_lease_expiry_fails_closed_then_recovers(guard_env, meta):
 
 
 def _guard_process(meta, zones, zone, period):
-    env = {**os.environ, "ZONESYNC_META_URL": meta_url(meta)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.guard_process", zone, str(period), str(zones[zone].port)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    return proc, proc.stdout.readline().strip()
+    return guard_process.spawn(meta, zones, zone, period)
 
 
 def test_killed_instance_turns_unhealthy_and_blocks_changes(guard_env, meta, zones):

@@ -18,15 +18,13 @@ from zonesync.meta.db import MetaConfig
 
 def targets_reached(meta: MetaConfig, source_zone: str, position: tuple[str, int]) -> dict[int, int] | None:
     """Per-partition LSNs that cover everything up to `position`, or None if not captured yet."""
-    want = (file_number(position[0]), position[1])
+    file_number(position[0])  # a malformed position fails here, loudly
     store = CheckpointStore(meta, source_zone)
     try:
-        for cp in store.history():
-            if (file_number(cp.log_file), cp.log_pos) >= want:
-                return dict(cp.partition_lsns)
+        cp = store.first_at_or_past(position[0], position[1])
     finally:
         store.close()
-    return None
+    return None if cp is None else dict(cp.partition_lsns)
 
 
 def applied_lsns(target_conn, source_zone: str) -> dict[int, int]:

@@ -65,20 +65,38 @@ class CheckpointStore:
             self.close()
             raise
 
-    def prune(self) -> None:
+    def prune(self) -> int:
+        """Thin the history: the newest HISTORY_KEEP checkpoints stay (one every 100 ms is
+        about eight minutes of them), older ones keep the first of each minute, and the
+        chain's first stays. Resends and replays can still reach back as far as before,
+        re-reading at most a minute more binlog."""
         with self._cur() as cur:
             cur.execute(
                 "SELECT lsn FROM replicator_checkpoints WHERE zone = %s ORDER BY lsn DESC LIMIT 1 OFFSET %s",
                 (self.zone, HISTORY_KEEP),
             )
             row = cur.fetchone()
-            if row:
-                # keep the first (the start of the chain) so a resend from LSN 0 stays possible
-                cur.execute(
-                    "DELETE FROM replicator_checkpoints WHERE zone = %s AND lsn <= %s AND lsn > "
-                    "(SELECT m FROM (SELECT MIN(lsn) m FROM replicator_checkpoints WHERE zone = %s) x)",
-                    (self.zone, row[0], self.zone),
-                )
+            if not row:
+                return 0
+            return cur.execute(
+                "DELETE c FROM replicator_checkpoints c JOIN (SELECT DATE_FORMAT(created_at, '%%Y%%m%%d%%H%%i') m, "
+                "MIN(lsn) keep_lsn FROM replicator_checkpoints WHERE zone = %s AND lsn <= %s GROUP BY m) k "
+                "ON DATE_FORMAT(c.created_at, '%%Y%%m%%d%%H%%i') = k.m WHERE c.zone = %s AND c.lsn <= %s "
+                "AND c.lsn <> k.keep_lsn AND c.lsn > (SELECT m FROM (SELECT MIN(lsn) m FROM replicator_checkpoints "
+                "WHERE zone = %s) x)",
+                (self.zone, row[0], self.zone, row[0], self.zone),
+            )
+
+    def first_at_or_past(self, log_file: str, log_pos: int) -> Checkpoint | None:
+        """The oldest checkpoint at or past a binlog position (binlog names sort by number)."""
+        with self._cur() as cur:
+            cur.execute(
+                f"SELECT {COLUMNS} FROM replicator_checkpoints WHERE zone = %s AND (log_file > %s OR "
+                "(log_file = %s AND log_pos >= %s)) ORDER BY lsn LIMIT 1",
+                (self.zone, log_file, log_file, log_pos),
+            )
+            r = cur.fetchone()
+        return _row(self.zone, r) if r else None
 
     def latest(self) -> Checkpoint | None:
         with self._cur() as cur:

@@ -127,6 +127,7 @@ class Replicator:
         self.topic = topic_of(zone)
         self.stopping = False
         self.server_id_offset = 0
+        self._last_prune = time.monotonic()
         self.published = 0
         self._pks: dict[tuple[str, str], list[str]] = {}
 
@@ -327,12 +328,34 @@ class Replicator:
                     txn = None
                     boundary = (log_file, ev.packet.log_pos)
                     boundary_dirty = True
+                elif (
+                    isinstance(ev, QueryEvent)
+                    and txn is not None
+                    and not txn.rows
+                    and ev.query.strip().upper() not in ("BEGIN", "XA START")
+                ):
+                    # A DDL is its own GTID group and ends with no Xid: nothing to publish
+                    # (DDL is not replicated), but the position after it is a boundary.
+                    txn = None
+                    boundary = (log_file, ev.packet.log_pos)
+                    boundary_dirty = True
                 if errors:
                     raise ReplicatorError(f"broker refused events: {errors[0]}")
                 now = time.monotonic()
                 idle = isinstance(ev, HeartbeatLogEvent)
                 if idle and self.bootstrap() != bootstrap_used:
                     raise ReplicatorError("the broker moved (new bootstrap): reconnecting")
+                if (
+                    idle
+                    and txn is None
+                    and stream.log_pos
+                    and (boundary is None or (stream.log_file, stream.log_pos) > boundary)
+                ):
+                    # Idle at the end of the binlog: everything before the server's position
+                    # was read, even events that end no transaction (DDL, a binlog checkpoint).
+                    # Moving the checkpoint there lets wait_applied(P) succeed on a quiet zone.
+                    boundary = (stream.log_file, stream.log_pos)
+                    boundary_dirty = True
                 if boundary_dirty and (idle or now - last_cp_time >= self.checkpoint_interval):
                     # take a checkpoint at the last commit; it is saved once the broker acked it
                     cp_now = Checkpoint(
@@ -357,6 +380,9 @@ class Replicator:
                         self._finish_requests(resend_ids, "done", f"resent up to LSN {hwm}")
                         resend_ids = []
                         retry_partitions = None
+                if now - self._last_prune >= 60 and txn is None:
+                    self._last_prune = now
+                    self.store.prune()  # thin the checkpoint history (older ones: one per minute)
                 if now - last_request_poll >= self.resend_poll and txn is None:
                     last_request_poll = now
                     if self._pending_resends():

@@ -1,0 +1,90 @@
+"""zone_switch: move a set of ZSIDs from one zone to another while writes go on.
+
+Seed 000 "Zone 切换": BLOCK -> RESHARDING -> wait for sync -> ACTIVE, each push
+acked by every guard of both zones. The steps live in zonesync.switch.steps;
+this file only wires them:
+
+    preflight >> record_state >> block >> reshard >> sync_position >> wait_sync
+        >> activate >> verify
+    [block, reshard, sync_position, wait_sync] >> rollback   (one_failed)
+
+rollback runs only when a step before the point of no return failed for good
+(a refusal or an ack timeout fails at once; a crash is retried first); it
+restores the recorded owner and the run still ends failed, because verify (a
+leaf) is then upstream_failed. activate retries many
+times and is never rolled back. Trigger it from the UI form, the REST API, or
+`zonesync switch --zsids 0-99 --from a --to b --reason ...`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param, TriggerRule
+
+from zonesync_airflow.operators.switch import (
+    ZoneSwitchActivateOperator,
+    ZoneSwitchBlockOperator,
+    ZoneSwitchPreflightOperator,
+    ZoneSwitchRecordStateOperator,
+    ZoneSwitchReshardOperator,
+    ZoneSwitchRollbackOperator,
+    ZoneSwitchSyncPositionOperator,
+    ZoneSwitchVerifyOperator,
+)
+from zonesync_airflow.sensors.switch import ZoneSyncedSensor
+
+ZONE = {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,15}$"}
+
+with DAG(
+    dag_id="zone_switch",
+    description="Move ZSIDs from one zone to another: BLOCK, RESHARDING, wait for sync, ACTIVE; rollback on failure.",
+    schedule=None,
+    catchup=False,
+    max_active_runs=4,
+    tags=["zonesync", "switch", "protocol"],
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=1)},
+    params={
+        "zsids": Param(
+            "0-99",
+            type="string",
+            pattern=r"^\s*[0-9]+(\s*-\s*[0-9]+)?(\s*,\s*[0-9]+(\s*-\s*[0-9]+)?)*\s*$",
+            description="ZSIDs to move: ranges and single ids, e.g. '0-99,200'.",
+        ),
+        "from_zone": Param("a", **ZONE, description="The zone that owns the ZSIDs now."),
+        "to_zone": Param("b", **ZONE, description="The zone that will own them."),
+        "reason": Param("", type="string", minLength=1, maxLength=500, description="Why (kept in the history)."),
+        "ack_timeout_s": Param(
+            10.0, type="number", minimum=0.1, maximum=600, description="How long each push waits for every guard's ack."
+        ),
+        "max_txn_ms": Param(
+            2000,
+            type="integer",
+            minimum=0,
+            maximum=600000,
+            description="Longest transaction a guard admits (the rules' txn_deadline_ms): waited after RESHARDING.",
+        ),
+        "lag_threshold_s": Param(
+            5.0, type="number", minimum=0, maximum=3600, description="Preflight refuses when replication lags more."
+        ),
+        "sync_timeout_s": Param(
+            120.0, type="number", minimum=1, maximum=86400, description="wait_sync gives up (and rolls back) after."
+        ),
+    },
+) as dag:
+    preflight = ZoneSwitchPreflightOperator(task_id="preflight")
+    record_state = ZoneSwitchRecordStateOperator(task_id="record_state")
+    block = ZoneSwitchBlockOperator(task_id="block")
+    reshard = ZoneSwitchReshardOperator(task_id="reshard")
+    sync_position = ZoneSwitchSyncPositionOperator(task_id="sync_position")
+    wait_sync = ZoneSyncedSensor(task_id="wait_sync")
+    activate = ZoneSwitchActivateOperator(
+        task_id="activate", retries=30, retry_delay=timedelta(seconds=1), retry_exponential_backoff=2.0
+    )
+    verify = ZoneSwitchVerifyOperator(task_id="verify")
+    rollback = ZoneSwitchRollbackOperator(
+        task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=5, retry_delay=timedelta(seconds=2)
+    )
+
+    preflight >> record_state >> block >> reshard >> sync_position >> wait_sync >> activate >> verify
+    [block, reshard, sync_position, wait_sync] >> rollback

@@ -1,0 +1,383 @@
+"""The zone switch, step by step (seed 000 "Zone 切换"); one function per DAG task.
+
+Each step re-reads the switch row, does what is left, and writes its decisions
+with `set_once` before acting on them, so killing it anywhere and running it
+again converges (S000-37):
+
+preflight    the request is valid against the current rules; the staged rule
+             sets pass the check; every guard of both zones is healthy; every
+             zone's applier of from_zone's stream reports lag under the
+             threshold and no halted partition (S000-39, S003-32); the ZSIDs
+             are leased to this run (S000-38). Nothing is published.
+record_state the current rules version, once: a re-run after block already
+             pushed keeps the pre-switch version (S000-14).
+block        record 1: the moved ZSIDs BLOCK, owner from_zone; every registered
+             instance of both zones must ack (a dead or silent one fails the
+             step: cases 3.1-3.4 -> rollback).
+reshard      record 2: owner to_zone, RESHARDING; acks as above (4.1-4.3); T is
+             taken after the last ack, on the meta store's clock.
+sync_position waits until the meta clock passes T + max transaction time, then
+             reads P = from_zone's binlog position (from MySQL, not from the
+             replicator: S000-31).
+wait_sync    (a sensor) every other zone has applied from_zone's stream up to P
+             (to_zone, and the third zones too: S000-39).
+activate     record 3: owner to_zone ACTIVE. From here on failures retry, never
+             roll back (S000-32); healthy instances must ack, dead ones are
+             reported (S000-34).
+verify       the moved ZSIDs' rows are the same in both zones, apart from what
+             to_zone wrote since; the lease is released.
+rollback     when block, reshard, sync_position or wait_sync failed for good:
+             restore the moved ZSIDs' recorded rules (other ZSIDs keep the head's),
+             wait for acks; an instance that cannot be reached stays BLOCK or
+             RESHARDING, which writes nothing, and is reported (S000-18, S000-24).
+
+Every wait uses the meta store's clock or this process's monotonic clock, never
+a comparison of two hosts' wall clocks (S000-28).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from zonesync.meta.db import MetaConfig, MetaError
+from zonesync.meta.guards import AckTimeout, list_instances, require_healthy, wait_acks
+from zonesync.meta.store import MetaStore
+from zonesync.rules.check import check
+from zonesync.rules.model import RuleSet
+from zonesync.switch import plan
+from zonesync.switch.store import FAILED, ROLLED_BACK, RUNNING, SUCCEEDED, Switch, SwitchStore
+from zonesync.switch.verify import compare_moved
+
+log = logging.getLogger("zonesync.switch")
+
+
+class SwitchError(MetaError):
+    """A step cannot go on; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class SwitchParams:
+    zsids: str
+    from_zone: str
+    to_zone: str
+    reason: str
+    ack_timeout_s: float = 10.0
+    max_txn_ms: int = 2000
+    lag_threshold_s: float = 5.0
+    sync_timeout_s: float = 120.0
+    actor: str = "zonesync"
+
+
+@dataclass
+class SwitchContext:
+    meta: MetaConfig
+    run_id: str
+    params: SwitchParams
+    zone_conn: Callable[[str], object]  # zone name -> DB-API connection to its app database
+
+    @property
+    def store(self) -> SwitchStore:
+        return SwitchStore(self.meta)
+
+    @property
+    def zones(self) -> set[str]:
+        return {self.params.from_zone, self.params.to_zone}
+
+
+def _head(meta: MetaConfig) -> tuple[int, RuleSet]:
+    found = MetaStore(meta).rules_at()
+    if found is None:
+        raise SwitchError("no rules published yet: `zonesync rules apply FILE --reason ...` first")
+    return found
+
+
+def _running(ctx: SwitchContext) -> Switch:
+    sw = ctx.store.require(ctx.run_id)
+    if sw.status != RUNNING:
+        raise SwitchError(f"switch {ctx.run_id} already ended ({sw.status}): start a new run")
+    return sw
+
+
+def wait_all_acks(meta: MetaConfig, version: int, zones: set[str], timeout: float) -> float:
+    """Every registered instance of `zones` runs >= version, healthy or not.
+
+    Stricter than wait_acks: during block and reshard an instance that stopped
+    heartbeating has not acked, and the step must fail (and roll back) rather than
+    skip it (seed cases 3.2, 3.4, 4.1).
+    """
+    started = time.monotonic()
+    while True:
+        laggards = [g for g in list_instances(meta, zones) if g.version_applied < version]
+        if not laggards:
+            return time.monotonic() - started
+        if time.monotonic() - started >= timeout:
+            raise AckTimeout(version, laggards, timeout)
+        time.sleep(0.02)
+
+
+def _publish_once(ctx: SwitchContext, field: str, make: Callable[[RuleSet], RuleSet], what: str, writable: bool) -> int:
+    """Publish the next stage once; a retry reuses the version the first attempt chose.
+
+    The stage is computed from the head, so a concurrent change to other ZSIDs is
+    kept. If a crash fell between publishing and recording the version, the head
+    already equals the stage, and that version is adopted instead of publishing a
+    duplicate.
+    """
+    store = ctx.store
+    sw = store.require(ctx.run_id)
+    if getattr(sw, field) is not None:
+        return getattr(sw, field)
+    head_version, head = _head(ctx.meta)
+    desired = make(head)
+    if desired.to_doc() == head.to_doc() and field != "rollback_version":
+        version = head_version
+    else:
+        reason = f"switch {ctx.run_id}: {what} ZSIDs {sw.zsids} {sw.from_zone}->{sw.to_zone} ({sw.reason})"
+        version = MetaStore(ctx.meta).publish_rules(desired, reason, ctx.params.actor, require_writable=writable)
+    return getattr(store.set_once(ctx.run_id, **{field: version}), field)
+
+
+# -- the steps -------------------------------------------------------------------
+def preflight(ctx: SwitchContext) -> Switch:
+    p = ctx.params
+    store = ctx.store
+    req = plan.SwitchRequest.parse(p.zsids, p.from_zone, p.to_zone, p.reason)
+    sw = store.create(ctx.run_id, req, p.actor)
+    if sw.status != RUNNING:
+        raise SwitchError(f"switch {ctx.run_id} already ended ({sw.status}): start a new run")
+    _, head = _head(ctx.meta)
+    zones = set(MetaStore(ctx.meta).zones())
+    if sw.block_version is None:
+        plan.validate(req, head, zones)
+        for stage in (plan.blocked, plan.resharding):
+            check(stage(head, req), zones, require_writable=False)
+        check(plan.activated(head, req), zones)
+    require_healthy(ctx.meta, ctx.zones)
+    for target in sorted(zones - {p.from_zone}):
+        _replication_ok(ctx, target)
+    store.acquire_lease(ctx.run_id, list(req.zsids))
+    return sw
+
+
+def _replication_ok(ctx: SwitchContext, target: str) -> None:
+    """from_zone's stream into `target` is applied, fresh, and not halted anywhere."""
+    p = ctx.params
+    rows, _ = ctx.meta.run(
+        "SELECT COUNT(*), MAX(behind_seconds), MAX(TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6))) / 1e6 "
+        "FROM apply_lag WHERE source_zone = %s AND target_zone = %s",
+        (p.from_zone, target),
+    )
+    count, behind, age = rows[0]
+    if not count:
+        raise SwitchError(
+            f"no applier reports zone {p.from_zone}'s stream into zone {target}: "
+            f"start `zonesync apply --zone {target}` before switching"
+        )
+    if float(age) > max(10.0, 3 * p.lag_threshold_s):
+        raise SwitchError(f"the applier of zone {target} last reported {float(age):.0f} s ago: is it running?")
+    if float(behind) > p.lag_threshold_s:
+        raise SwitchError(
+            f"zone {target} is {float(behind):.1f} s behind zone {p.from_zone} (threshold "
+            f"{p.lag_threshold_s} s): wait for it to catch up (`zonesync lag`)"
+        )
+    conn = ctx.zone_conn(target)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT partition_no, detail FROM zonesync.apply_state WHERE source_zone = %s AND status = 'halted'",
+                (p.from_zone,),
+            )
+            halted = cur.fetchall()
+    finally:
+        conn.close()
+    if halted:
+        raise SwitchError(
+            f"zone {target} halted partition(s) {[int(h[0]) for h in halted]} of zone {p.from_zone}'s stream "
+            f"({halted[0][1]}): repair replication first (`zonesync alerts`)"
+        )
+
+
+def record_state(ctx: SwitchContext) -> int:
+    _running(ctx)
+    version, _ = _head(ctx.meta)
+    return ctx.store.set_once(ctx.run_id, recorded_version=version).recorded_version
+
+
+def block(ctx: SwitchContext) -> int:
+    sw = _running(ctx)
+    if sw.recorded_version is None:
+        raise SwitchError("record_state has not run: nothing to roll back to, so nothing may be pushed")
+    if sw.block_version is None:
+        require_healthy(ctx.meta, ctx.zones)
+        ctx.store.stamp_once(ctx.run_id, "blocked_at")
+    req = sw.request
+    version = _publish_once(ctx, "block_version", lambda head: plan.blocked(head, req), "BLOCK", writable=False)
+    wait_all_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)
+    return version
+
+
+def reshard(ctx: SwitchContext) -> int:
+    sw = _running(ctx)
+    if sw.block_version is None:
+        raise SwitchError("block has not run: RESHARDING may only follow an acked BLOCK")
+    req = sw.request
+    version = _publish_once(
+        ctx, "reshard_version", lambda head: plan.resharding(head, req), "RESHARDING", writable=False
+    )
+    wait_all_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)
+    ctx.store.stamp_once(ctx.run_id, "resharding_at")  # T
+    return version
+
+
+def sync_position(ctx: SwitchContext) -> tuple[str, int]:
+    """P: from_zone's binlog end once no transaction admitted before T can still commit."""
+    store = ctx.store
+    sw = _running(ctx)
+    if sw.resharding_at is None:
+        raise SwitchError("reshard has not completed: there is no T to wait from")
+    if sw.sync_file is None:
+        t_us = int(sw.resharding_at.timestamp() * 1_000_000)
+        while True:  # meta clock against meta clock: no skew between hosts
+            left_ms = (t_us + ctx.params.max_txn_ms * 1000 - store.meta_now_us()) / 1000
+            if left_ms <= 0:
+                break
+            time.sleep(min(left_ms, 200) / 1000)
+        conn = ctx.zone_conn(ctx.params.from_zone)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW MASTER STATUS")
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        if not row:
+            raise SwitchError(f"zone {ctx.params.from_zone} has binary logging off: it cannot be switched")
+        sw = store.set_once(ctx.run_id, sync_file=row[0], sync_pos=int(row[1]))
+    return sw.sync_file, int(sw.sync_pos)
+
+
+def behind_zones(ctx: SwitchContext) -> list[str]:
+    """Zones that have not yet applied from_zone's stream up to P (empty: synced)."""
+    from zonesync.apply.progress import is_applied
+
+    sw = ctx.store.require(ctx.run_id)
+    if sw.sync_file is None:
+        raise SwitchError("sync_position has not run: there is no P to wait for")
+    behind = []
+    for zone in sorted(set(MetaStore(ctx.meta).zones()) - {ctx.params.from_zone}):
+        conn = ctx.zone_conn(zone)
+        try:
+            if not is_applied(ctx.meta, conn, ctx.params.from_zone, (sw.sync_file, int(sw.sync_pos))):
+                behind.append(zone)
+        finally:
+            conn.close()
+    if not behind:
+        ctx.store.stamp_once(ctx.run_id, "synced_at")
+    return behind
+
+
+def activate(ctx: SwitchContext) -> int:
+    sw = _running(ctx)
+    if sw.synced_at is None:
+        raise SwitchError("wait_sync has not seen every zone reach P: activating now could lose writes")
+    req = sw.request
+    version = _publish_once(ctx, "active_version", lambda head: plan.activated(head, req), "ACTIVE", writable=True)
+    wait_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)  # healthy instances; retried on timeout
+    sw = ctx.store.stamp_once(ctx.run_id, "activated_at")
+    dead = [g for g in list_instances(ctx.meta, ctx.zones) if g.version_applied < version]
+    if dead:
+        log.warning(
+            "activated v%s; not acked by unhealthy instances (they load it when they return): %s",
+            version,
+            ", ".join(g.instance_id for g in dead),
+        )
+    return version
+
+
+def verify(ctx: SwitchContext, timeout_s: float = 30.0) -> dict:
+    sw = ctx.store.require(ctx.run_id)
+    if sw.activated_at is None:
+        raise SwitchError("activate has not completed: nothing to verify")
+    _, head = _head(ctx.meta)
+    zone_ids = MetaStore(ctx.meta).zones()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        report = compare_moved(ctx.zone_conn, head, sw.request, zone_ids)
+        if not report["mismatched"] or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)  # what to_zone wrote since activation may still be on its way back
+    summary = f"window {sw.window_ms:.0f} ms; verified {report['rows']} rows in {report['tables']} tables"
+    if report["mismatched"]:
+        detail = f"{len(report['mismatched'])} rows differ, e.g. {report['mismatched'][:5]}"
+        ctx.store.finish(ctx.run_id, FAILED, f"activated, but verify found {detail}")
+        ctx.store.release_lease(ctx.run_id)
+        raise SwitchError(f"verify: {detail}: the switch is active; repair the rows, then re-run verify")
+    ctx.store.finish(ctx.run_id, SUCCEEDED, summary)
+    ctx.store.release_lease(ctx.run_id)
+    return report
+
+
+def rollback(ctx: SwitchContext) -> str:
+    store = ctx.store
+    sw = store.get(ctx.run_id)
+    if sw is None:
+        return "nothing to roll back: the switch never started (preflight refused it)"
+    failed = [s for s in store.steps(sw.id) if s["status"] == "failed"]
+    why = "; ".join(f"{s['step']}: {s['detail']}" for s in failed) or "an upstream step failed"
+    if sw.active_version is not None:
+        return f"not rolled back: activate already published v{sw.active_version} (past the point of no return)"
+    if sw.status == ROLLED_BACK:
+        return sw.detail or "rolled back"
+    if sw.block_version is None:
+        store.finish(ctx.run_id, FAILED, f"refused before any push: {why}")
+        store.release_lease(ctx.run_id)
+        return f"nothing was pushed; switch failed: {why}"
+    recorded = MetaStore(ctx.meta).rules_version(sw.recorded_version)
+    req = sw.request
+    version = _publish_once(
+        ctx, "rollback_version", lambda head: plan.rolled_back(recorded, head, req), "ROLLBACK", writable=True
+    )
+    outcome = f"rolled back to the rules of v{sw.recorded_version} as v{version} because {why}"
+    try:
+        wait_all_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)
+    except AckTimeout as exc:
+        names = ", ".join(f"{g.instance_id} (zone {g.zone}, v{g.version_applied})" for g in exc.laggards)
+        outcome += f"; not acked by {names}: they stay blocked (safe) until keepalive brings them to v{version}"
+    store.finish(ctx.run_id, ROLLED_BACK, outcome)
+    store.release_lease(ctx.run_id)
+    return outcome
+
+
+STEPS = {
+    "preflight": preflight,
+    "record_state": record_state,
+    "block": block,
+    "reshard": reshard,
+    "sync_position": sync_position,
+    "activate": activate,
+    "verify": verify,
+    "rollback": rollback,
+}
+
+
+def run_step(ctx: SwitchContext, step: str):
+    """Run one step, recording its start, end and outcome in switch_steps."""
+    store = ctx.store
+    fn = STEPS[step]
+    sw = store.get(ctx.run_id)
+    if sw is None and step == "preflight":
+        # unparseable ZSIDs fail here, before any row exists: nothing changed anywhere
+        req = plan.SwitchRequest.parse(ctx.params.zsids, ctx.params.from_zone, ctx.params.to_zone, ctx.params.reason)
+        sw = store.create(ctx.run_id, req, ctx.params.actor)
+    if sw is None:
+        raise SwitchError(f"no switch {ctx.run_id}: preflight did not run")
+    store.step_started(sw.id, step)
+    try:
+        result = fn(ctx)
+    except BaseException as exc:
+        store.step_finished(sw.id, step, "failed", f"{type(exc).__name__}: {exc}")
+        raise
+    store.step_finished(sw.id, step, "ok", str(result)[:2000])
+    return result

@@ -1,0 +1,118 @@
+"""Operators of the zone switch: one per protocol step (zonesync.switch.steps).
+
+Each operator resolves the meta store and zone connections when it runs, builds
+the step's context from the DAG run's params, and runs the step, which records
+its start, outcome and detail in meta (`zonesync switch status`). The steps are
+idempotent, so Airflow's retries are safe; a rollback is its own task with a
+trigger rule in the DAG, never a callback here.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from zonesync.meta.guards import AckTimeout, UnhealthyGuards
+from zonesync.switch.plan import SwitchPlanError
+from zonesync.switch.steps import SwitchContext, SwitchError, SwitchParams, run_step
+from zonesync.switch.store import LeaseConflict
+from zonesync_airflow.hooks.meta import ZonesyncMetaHook
+from zonesync_airflow.hooks.zone import ZoneHook
+
+
+def switch_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_zone_") -> SwitchContext:
+    params = context["params"]
+    dag_run = context["dag_run"]
+    actor = (dag_run.conf or {}).get("actor") or params.get("actor") or "airflow"
+    return SwitchContext(
+        meta=ZonesyncMetaHook(meta_conn_id).meta_config(),
+        run_id=dag_run.run_id,
+        params=SwitchParams(
+            zsids=str(params["zsids"]),
+            from_zone=params["from_zone"],
+            to_zone=params["to_zone"],
+            reason=params["reason"],
+            ack_timeout_s=float(params["ack_timeout_s"]),
+            max_txn_ms=int(params["max_txn_ms"]),
+            lag_threshold_s=float(params["lag_threshold_s"]),
+            sync_timeout_s=float(params["sync_timeout_s"]),
+            actor=str(actor),
+        ),
+        zone_conn=lambda zone: ZoneHook(zone_conn_id=f"{zone_conn_prefix}{zone}").get_conn(),
+    )
+
+
+class ZoneSwitchStepOperator(BaseOperator):
+    """Runs one step of the zone switch protocol.
+
+    A refusal that a retry cannot change (bad request, ZSIDs leased to another
+    switch, an unhealthy guard, a push not acked before block/reshard's timeout)
+    fails the task at once, without retries, so the rollback starts right away
+    and the ZSIDs stay blocked no longer than needed. Anything else (a crash, a
+    meta store blip) is retried: every step is idempotent.
+    """
+
+    step = ""
+    ui_color = "#e8f1fb"
+    final_errors: tuple[type[BaseException], ...] = (SwitchPlanError, LeaseConflict, SwitchError, UnhealthyGuards)
+
+    def __init__(self, *, meta_conn_id: str = "zonesync_meta", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.meta_conn_id = meta_conn_id
+
+    def run_step(self, context):
+        try:
+            return run_step(switch_context(context, self.meta_conn_id), self.step)
+        except self.final_errors as exc:
+            raise AirflowFailException(f"{self.step}: {exc}") from exc
+
+    def execute(self, context):
+        result = self.run_step(context)
+        self.log.info("%s: %s", self.step, result)
+        return result if isinstance(result, int | str | list | tuple | dict) else str(result)
+
+
+class ZoneSwitchPreflightOperator(ZoneSwitchStepOperator):
+    step = "preflight"
+
+    def execute(self, context):
+        sw = self.run_step(context)
+        self.log.info("switch %s: ZSIDs %s %s -> %s leased", sw.run_id, sw.zsids, sw.from_zone, sw.to_zone)
+        return sw.id
+
+
+class ZoneSwitchRecordStateOperator(ZoneSwitchStepOperator):
+    step = "record_state"
+
+
+class ZoneSwitchBlockOperator(ZoneSwitchStepOperator):
+    step = "block"
+    ui_color = "#fbe8e8"
+    final_errors = (*ZoneSwitchStepOperator.final_errors, AckTimeout)  # seed: roll back, do not retry
+
+
+class ZoneSwitchReshardOperator(ZoneSwitchStepOperator):
+    step = "reshard"
+    ui_color = "#fbe8e8"
+    final_errors = (*ZoneSwitchStepOperator.final_errors, AckTimeout)
+
+
+class ZoneSwitchSyncPositionOperator(ZoneSwitchStepOperator):
+    step = "sync_position"
+
+
+class ZoneSwitchActivateOperator(ZoneSwitchStepOperator):
+    """Past the point of no return: every failure is retried (S000-32), none is final."""
+
+    step = "activate"
+    ui_color = "#e8fbe9"
+    final_errors = ()
+
+
+class ZoneSwitchVerifyOperator(ZoneSwitchStepOperator):
+    step = "verify"
+
+
+class ZoneSwitchRollbackOperator(ZoneSwitchStepOperator):
+    step = "rollback"
+    ui_color = "#fff3d6"

@@ -1,0 +1,91 @@
+"""ZoneSyncedSensor: the wait_sync step of the zone switch.
+
+Succeeds once every zone has applied from_zone's stream up to P (the position
+sync_position recorded); fails when `sync_timeout_s` passes first, naming the
+zones still behind, which sends the run to rollback (S000-30, S000-31). It
+checks once in the worker (a quiet switch is usually synced already), then
+defers to ZoneSyncedTrigger; `deferrable=False` pokes instead.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from zonesync.switch.steps import behind_zones
+from zonesync.switch.store import SwitchStore
+from zonesync_airflow.operators.switch import switch_context
+from zonesync_airflow.triggers.switch import ZoneSyncedTrigger
+
+
+class SyncTimeout(AirflowFailException):
+    """Final: waiting again would only keep the ZSIDs blocked longer; roll back instead."""
+
+
+class ZoneSyncedSensor(BaseSensorOperator):
+    ui_color = "#f0e8fb"
+
+    def __init__(self, *, meta_conn_id: str = "zonesync_meta", deferrable: bool = True, **kwargs) -> None:
+        kwargs.setdefault("poke_interval", 0.2)
+        super().__init__(**kwargs)
+        self.meta_conn_id = meta_conn_id
+        self.deferrable = deferrable
+
+    def _step(self, context, status: str | None, detail: str = ""):
+        ctx = switch_context(context, self.meta_conn_id)
+        store = SwitchStore(ctx.meta)
+        sw = store.require(ctx.run_id)
+        if status is None:
+            store.step_started(sw.id, "wait_sync")
+        else:
+            store.step_finished(sw.id, "wait_sync", status, detail)
+        return ctx
+
+    def _fail(self, context, behind: list[str], waited: float):
+        detail = (
+            f"zones {', '.join(behind)} did not apply zone {context['params']['from_zone']}'s stream up to P "
+            f"within {waited:.0f} s: is their applier running? (`zonesync lag`)"
+        )
+        self._step(context, "failed", detail)
+        raise SyncTimeout(detail)
+
+    def poke(self, context) -> bool:
+        ctx = switch_context(context, self.meta_conn_id)
+        return not behind_zones(ctx)
+
+    def execute(self, context):
+        ctx = self._step(context, None)
+        timeout_s = float(context["params"]["sync_timeout_s"])
+        if not behind_zones(ctx):
+            self._step(context, "ok", "synced at the first check")
+            return True
+        if not self.deferrable:
+            self.timeout = timeout_s
+            try:
+                super().execute(context)
+            except Exception as exc:
+                if "timed out" in str(exc).lower() or type(exc).__name__ == "AirflowSensorTimeout":
+                    self._fail(context, behind_zones(ctx), timeout_s)
+                raise
+            self._step(context, "ok", "synced")
+            return True
+        self.defer(
+            trigger=ZoneSyncedTrigger(
+                run_id=ctx.run_id,
+                from_zone=ctx.params.from_zone,
+                to_zone=ctx.params.to_zone,
+                timeout_s=timeout_s,
+                meta_conn_id=self.meta_conn_id,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=timeout_s + 60),  # backstop: the trigger reports its own timeout
+        )
+
+    def execute_complete(self, context, event: dict | None = None):
+        event = event or {}
+        if event.get("status") == "synced":
+            self._step(context, "ok", f"synced after {event.get('waited_s', 0):.1f} s")
+            return True
+        self._fail(context, event.get("behind", ["?"]), float(event.get("waited_s", 0)))

@@ -1,0 +1,244 @@
+"""The zone switch protocol step by step, against real zones, replication and guards.
+
+Seed 000 "Zone 切换": each change record's failure cases, rollback, retries, and the
+single-writer invariant under a write load. The DAG runs these same functions
+(tests/dags/test_zone_switch_dag.py drives them through Airflow).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.support import guard_process
+from tests.support.replication import checksum, wait_converged
+from tests.support.switching import Writers, context, run_switch, wait_replication_reported, wait_sync
+from zonesync.meta.guards import AckTimeout
+from zonesync.meta.store import MetaStore
+from zonesync.rules.extract import RuleIndex
+from zonesync.switch import steps
+from zonesync.switch.plan import SwitchPlanError
+from zonesync.switch.store import ROLLED_BACK, SUCCEEDED, LeaseConflict, SwitchStore
+
+pytestmark = pytest.mark.integration
+
+
+def _owner(meta, zsid: int) -> tuple[str, str]:
+    _, rules = MetaStore(meta).rules_at()
+    rule = RuleIndex(rules).rule_for(zsid)
+    return rule.zone, rule.status
+
+
+@pytest.fixture
+def switching(cluster, guard_env, meta, zones):
+    wait_replication_reported(meta)
+    yield
+    for holder, *_ in SwitchStore(meta).leases():
+        SwitchStore(meta).release_lease(holder)
+
+
+def test_happy_path_under_load_keeps_one_writer(switching, guard_env, meta, zones):
+    ga, gb = guard_env("a", period=0.2), guard_env("b", period=0.2)
+    gc = guard_env("c", period=0.2)
+    writers = Writers({"a": ga, "b": gb, "c": gc}, range(0, 100), {"a": range(200, 210), "b": range(500, 510)})
+    writers.start()
+    time.sleep(1.0)
+    ctx = context(meta, zones)
+    run_switch(ctx)
+    time.sleep(1.0)
+    writers.finish()
+
+    sw = SwitchStore(meta).require(ctx.run_id)
+    assert sw.status == SUCCEEDED and _owner(meta, 5) == ("b", "ACTIVE")
+    assert sw.window_ms is not None and sw.window_ms < 5000, sw.window_ms
+    assert writers.refused_unmoved == [], "unmoved ZSIDs are never blocked"
+    by_zone = writers.moved_by_zone()
+    assert by_zone["a"] and by_zone["b"], "moved tenants were written before (a) and after (b) the switch"
+    # single writer: every write a accepted committed before any write b accepted began
+    assert max(w.committed for w in by_zone["a"]) < min(w.started for w in by_zone["b"])
+    sums = wait_converged(zones, ("tenants",))
+    rows_b = {r[0]: r for r in sums["tenants"]["b"]}
+    assert {r[3] for t, r in rows_b.items() if t < 100} <= {1, 2}, "moved rows come from a (origin 1) or b (2)"
+    # the new owner's first write to each moved row started from a's last version of it
+    last_a = {w.tenant: w for w in by_zone["a"]}
+    for tenant in last_a:
+        assert rows_b[tenant][4] > 0
+    steps_done = [s["step"] for s in SwitchStore(meta).steps(sw.id)]
+    assert steps_done == ["preflight", "record_state", "block", "reshard", "sync_position", "activate", "verify"]
+    assert SwitchStore(meta).leases() == [], "the lease is released at the end"
+
+
+def test_record_state_rerun_after_block_keeps_the_pre_switch_version(switching, guard_env, meta, zones):
+    guard_env("a", period=0.2), guard_env("b", period=0.2)
+    ctx = context(meta, zones)
+    steps.run_step(ctx, "preflight")
+    before = steps.run_step(ctx, "record_state")
+    steps.run_step(ctx, "block")
+    assert steps.run_step(ctx, "record_state") == before  # S000-14
+    head_before_retry = MetaStore(meta).head()
+    assert steps.run_step(ctx, "block") == SwitchStore(meta).require(ctx.run_id).block_version
+    assert MetaStore(meta).head() == head_before_retry, "a retried block publishes nothing new"
+    steps.run_step(ctx, "rollback")
+    assert _owner(meta, 5) == ("a", "ACTIVE")
+
+
+def test_block_not_acked_by_a_frozen_instance_rolls_back(switching, guard_env, meta, zones):
+    """Cases 3.1/3.3: BLOCK never acked; rollback restores a; the frozen one stays safe."""
+    guard_env("a", period=0.2)
+    proc, instance = guard_process.spawn(meta, zones, "b", 0.3)
+    try:
+        ctx = context(meta, zones, ack_timeout_s=1.0)
+        steps.run_step(ctx, "preflight")
+        steps.run_step(ctx, "record_state")
+        os.kill(proc.pid, signal.SIGSTOP)
+        with pytest.raises(AckTimeout, match=instance):
+            steps.run_step(ctx, "block")
+        outcome = steps.run_step(ctx, "rollback")
+        assert "stay blocked" in outcome and instance in outcome
+        sw = SwitchStore(meta).require(ctx.run_id)
+        assert sw.status == ROLLED_BACK and "block: AckTimeout" in sw.detail
+        assert _owner(meta, 5) == ("a", "ACTIVE")
+        os.kill(proc.pid, signal.SIGCONT)  # it returns to the restored version through keepalive
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            rows, _ = meta.run("SELECT version_applied FROM guard_instances WHERE instance_id = %s", (instance,))
+            if rows and int(rows[0][0]) >= sw.rollback_version:
+                break
+            time.sleep(0.05)
+        assert int(rows[0][0]) >= sw.rollback_version
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+
+
+def test_instance_dead_after_acking_block_fails_reshard(switching, guard_env, meta, zones):
+    """Case 3.4: acked BLOCK, then died; reshard gets no ack and rolls back."""
+    guard_env("a", period=0.2)
+    proc, instance = guard_process.spawn(meta, zones, "b", 0.3)
+    ctx = context(meta, zones, ack_timeout_s=1.0)
+    for step in ("preflight", "record_state", "block"):
+        steps.run_step(ctx, step)
+    proc.kill()
+    proc.wait()
+    with pytest.raises(AckTimeout, match=instance):
+        steps.run_step(ctx, "reshard")
+    steps.run_step(ctx, "rollback")
+    assert _owner(meta, 5) == ("a", "ACTIVE")
+    assert SwitchStore(meta).require(ctx.run_id).status == ROLLED_BACK
+
+
+def test_stopped_applier_times_out_wait_sync_and_rolls_back(switching, cluster, guard_env, meta, zones):
+    """S000-30: to_zone behind P; activate never happens."""
+    ga = guard_env("a", period=0.2)
+    guard_env("b", period=0.2)
+    ctx = context(meta, zones)
+    for step in ("preflight", "record_state", "block"):
+        steps.run_step(ctx, step)
+    cluster.stop("applier-b")
+    with ga.transaction() as tx:  # an unmoved write after P that b cannot apply now
+        tx.insert("tenants", {"tenant_id": 300, "name": "late"})
+    steps.run_step(ctx, "reshard")
+    with ga.transaction() as tx:
+        tx.insert("tenants", {"tenant_id": 301, "name": "before P"})
+    steps.run_step(ctx, "sync_position")
+    assert wait_sync(ctx, 2.0) == ["b"]
+    with pytest.raises(steps.SwitchError, match="wait_sync"):
+        steps.run_step(ctx, "activate")
+    steps.run_step(ctx, "rollback")
+    assert _owner(meta, 5) == ("a", "ACTIVE")
+    assert SwitchStore(meta).require(ctx.run_id).active_version is None
+
+
+def test_activate_retries_until_acked_and_never_rolls_back(switching, guard_env, meta, zones):
+    """S000-32: activate fails once (an instance slow to ack), the retry succeeds."""
+    guard_env("a", period=0.2)
+    proc, instance = guard_process.spawn(meta, zones, "b", 0.5)
+    try:
+        ctx = context(meta, zones, ack_timeout_s=0.5)
+        for step in ("preflight", "record_state", "block", "reshard", "sync_position"):
+            steps.run_step(ctx, step)
+        assert wait_sync(ctx, 20) == []
+        os.kill(proc.pid, signal.SIGSTOP)
+        with pytest.raises(AckTimeout):
+            steps.run_step(ctx, "activate")
+        os.kill(proc.pid, signal.SIGCONT)
+        steps.run_step(ctx, "activate")
+        assert "not rolled back" in steps.run_step(ctx, "rollback")
+        steps.run_step(ctx, "verify")
+        assert _owner(meta, 5) == ("b", "ACTIVE")
+        sw = SwitchStore(meta).require(ctx.run_id)
+        assert sw.status == SUCCEEDED
+        attempts = {s["step"]: s["attempt"] for s in SwitchStore(meta).steps(sw.id)}
+        assert attempts["activate"] == 2
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"to_zone": "a"}, "to_zone"),
+        ({"from_zone": "x"}, "from_zone"),
+        ({"zsids": "1000-1100"}, "zsids"),
+        ({"zsids": "300-450"}, "zsids"),  # 400-450 are b's, not a's
+        ({"zsids": "9-3"}, "zsids"),
+    ],
+)
+def test_bad_requests_are_refused_before_anything_changes(switching, guard_env, meta, zones, params, field):
+    head = MetaStore(meta).head()
+    with pytest.raises(SwitchPlanError) as err:
+        steps.run_step(context(meta, zones, **params), "preflight")
+    assert err.value.field == field
+    assert MetaStore(meta).head() == head and SwitchStore(meta).leases() == []
+
+
+def test_overlapping_switch_is_refused_naming_the_holder(switching, guard_env, meta, zones):
+    guard_env("a", period=0.2), guard_env("b", period=0.2)
+    first = context(meta, zones, zsids="0-99")
+    steps.run_step(first, "preflight")
+    with pytest.raises(LeaseConflict, match=first.run_id):
+        steps.run_step(context(meta, zones, zsids="50-60"), "preflight")
+    steps.run_step(context(meta, zones, zsids="100-120"), "preflight")  # disjoint: fine
+
+
+def test_preflight_refuses_without_replication_or_when_halted(switching, cluster, guard_env, meta, zones):
+    guard_env("a", period=0.2), guard_env("b", period=0.2)
+    conn = zones["c"].connect()
+    with conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset, status, detail) "
+            "VALUES ('a', 99, 0, -1, 'halted', 'test halt') ON DUPLICATE KEY UPDATE status = 'halted'"
+        )
+    try:
+        with pytest.raises(steps.SwitchError, match="zone c halted partition"):
+            steps.run_step(context(meta, zones), "preflight")
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM zonesync.apply_state WHERE partition_no = 99")
+        conn.close()
+    meta.run("DELETE FROM apply_lag WHERE source_zone = 'a' AND target_zone = 'b'")
+    cluster.stop("applier-b")
+    with pytest.raises(steps.SwitchError, match="no applier reports zone a's stream into zone b"):
+        steps.run_step(context(meta, zones), "preflight")
+
+
+def test_rows_move_with_their_versions(switching, guard_env, meta, zones):
+    """S000-29: after activate, b's first write to a moved row starts from a's last version."""
+    ga, gb = guard_env("a", period=0.2), guard_env("b", period=0.2)
+    with ga.transaction() as tx:
+        tx.insert("tenants", {"tenant_id": 7, "name": "from a"})
+    with ga.transaction() as tx:
+        tx.update("tenants", {"tenant_id": 7}, {"name": "a's last"})
+    version_a = checksum(zones["a"])[0][4]
+    run_switch(context(meta, zones))
+    with gb.transaction() as tx:
+        tx.update("tenants", {"tenant_id": 7}, {"name": "b's first"})
+    sums = wait_converged(zones, ("tenants",))
+    row = sums["tenants"]["a"][0]
+    assert row[1] == "b's first" and row[3] == 2 and row[4] > version_a
