@@ -242,3 +242,107 @@ def test_rows_move_with_their_versions(switching, guard_env, meta, zones):
     sums = wait_converged(zones, ("tenants",))
     row = sums["tenants"]["a"][0]
     assert row[1] == "b's first" and row[3] == 2 and row[4] > version_a
+
+
+FORWARD = ("preflight", "record_state", "block", "reshard", "sync_position", "wait_sync", "activate", "verify")
+
+
+def _run(ctx, step):
+    if step == "wait_sync":
+        assert wait_sync(ctx, 20) == []
+    else:
+        steps.run_step(ctx, step)
+
+
+@pytest.mark.parametrize(
+    ("step", "method", "when"),
+    [
+        ("record_state", "set_once", "after"),
+        ("block", "set_once", "before"),  # published, killed before recording the version
+        ("block", "set_once", "after"),  # recorded, killed before the acks came
+        ("reshard", "set_once", "before"),
+        ("reshard", "stamp_once", "before"),  # acked, killed before T was taken
+        ("sync_position", "set_once", "before"),
+        ("activate", "set_once", "before"),
+        ("activate", "stamp_once", "before"),
+        ("verify", "finish", "before"),
+        ("rollback", "set_once", "before"),
+        ("rollback", "finish", "before"),
+    ],
+)
+def test_a_step_killed_midway_converges_when_retried(
+    switching, guard_env, meta, zones, monkeypatch, step, method, when
+):  # noqa: E501
+    """S000-37: kill a step at its first side effect, run it again: the run ends as an
+    uninterrupted one would, with no duplicate version published."""
+    guard_env("a", period=0.2), guard_env("b", period=0.2)
+    ctx = context(meta, zones)
+    head = MetaStore(meta).head()
+    path = FORWARD if step != "rollback" else ("preflight", "record_state", "block", "reshard", "rollback")
+    for s in path:
+        if s == step:
+            real = getattr(SwitchStore, method)
+            fired: list[bool] = []
+
+            def killed(self, *args, _real=real, fired=fired, **kwargs):
+                if not fired:
+                    fired.append(True)
+                    if when == "after":
+                        _real(self, *args, **kwargs)
+                    raise RuntimeError("killed")
+                return _real(self, *args, **kwargs)
+
+            monkeypatch.setattr(SwitchStore, method, killed)
+            with pytest.raises(RuntimeError, match="killed"):
+                _run(ctx, s)
+            monkeypatch.setattr(SwitchStore, method, real)
+            assert fired
+        _run(ctx, s)
+    sw = SwitchStore(meta).require(ctx.run_id)
+    assert MetaStore(meta).head() - head == 3, "block, reshard and activate (or rollback): one version each"
+    if step == "rollback":
+        assert sw.status == ROLLED_BACK and _owner(meta, 5) == ("a", "ACTIVE")
+    else:
+        assert sw.status == SUCCEEDED and _owner(meta, 5) == ("b", "ACTIVE")
+    assert SwitchStore(meta).leases() == []
+
+
+def test_kill_9_of_a_block_task_then_retry(switching, guard_env, meta, zones):
+    """A real kill -9 of the process running block while it waits for acks."""
+    import subprocess
+    import sys
+
+    from tests.support.rules import meta_url
+
+    guard_env("a", period=0.2)
+    proc, _ = guard_process.spawn(meta, zones, "b", 0.3)
+    try:
+        ctx = context(meta, zones, ack_timeout_s=30)
+        steps.run_step(ctx, "preflight")
+        steps.run_step(ctx, "record_state")
+        os.kill(proc.pid, signal.SIGSTOP)  # block will publish and then wait
+        code = (
+            "import sys; from zonesync.meta.db import MetaConfig; from zonesync.switch import steps; "
+            "from zonesync.switch.steps import SwitchContext, SwitchParams; "
+            f"p = SwitchParams(**{ctx.params.__dict__!r}); "
+            f"steps.run_step(SwitchContext(MetaConfig.from_env(), {ctx.run_id!r}, p, None), 'block')"
+        )
+        env = {**os.environ, "ZONESYNC_META_URL": meta_url(meta)}
+        task = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=guard_process.REPO)
+        deadline = time.monotonic() + 20
+        while SwitchStore(meta).require(ctx.run_id).block_version is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        task.kill()  # SIGKILL, mid-wait
+        task.wait()
+        os.kill(proc.pid, signal.SIGCONT)
+        head = MetaStore(meta).head()
+        version = steps.run_step(ctx, "block")
+        assert version == SwitchStore(meta).require(ctx.run_id).block_version and MetaStore(meta).head() == head
+        for s in ("reshard", "sync_position", "wait_sync", "activate", "verify"):
+            _run(ctx, s)
+        assert _owner(meta, 5) == ("b", "ACTIVE")
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()

@@ -132,7 +132,7 @@ def _publish_once(ctx: SwitchContext, field: str, make: Callable[[RuleSet], Rule
         return getattr(sw, field)
     head_version, head = _head(ctx.meta)
     desired = make(head)
-    if desired.to_doc() == head.to_doc() and field != "rollback_version":
+    if desired.to_doc() == head.to_doc():
         version = head_version
     else:
         reason = f"switch {ctx.run_id}: {what} ZSIDs {sw.zsids} {sw.from_zone}->{sw.to_zone} ({sw.reason})"
