@@ -7,10 +7,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import foundation, guard, replication
+from bench import foundation, guard, replication, switch
 from bench.harness import BenchEnv, print_table
 
-SUITES = {"foundation": foundation.run, "guard": guard.run, "replication": replication.run}
+SUITES = {"foundation": foundation.run, "guard": guard.run, "replication": replication.run, "switch": switch.run}
 
 
 def main(argv: list[str] | None = None) -> int:

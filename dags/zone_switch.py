@@ -4,9 +4,12 @@ Seed 000 "Zone 切换": BLOCK -> RESHARDING -> wait for sync -> ACTIVE, each pus
 acked by every guard of both zones. The steps live in zonesync.switch.steps;
 this file only wires them:
 
-    preflight >> record_state >> block >> reshard >> sync_position >> wait_sync
-        >> activate >> verify
-    [block, reshard, sync_position, wait_sync] >> rollback   (one_failed)
+    preflight >> record_state >> block >> reshard >> wait_sync >> activate >> verify
+    [block, reshard, wait_sync] >> rollback   (one_failed)
+
+wait_sync takes the sync position P itself (zonesync.switch.steps.sync_position)
+and then waits: every task boundary inside the write-blocked window costs a
+task start, so the window spans only reshard, wait_sync and activate.
 
 rollback runs only when a step before the point of no return failed for good
 (a refusal or an ack timeout fails at once; a crash is retried first); it
@@ -29,7 +32,6 @@ from zonesync_airflow.operators.switch import (
     ZoneSwitchRecordStateOperator,
     ZoneSwitchReshardOperator,
     ZoneSwitchRollbackOperator,
-    ZoneSwitchSyncPositionOperator,
     ZoneSwitchVerifyOperator,
 )
 from zonesync_airflow.sensors.switch import ZoneSyncedSensor
@@ -58,11 +60,12 @@ with DAG(
             10.0, type="number", minimum=0.1, maximum=600, description="How long each push waits for every guard's ack."
         ),
         "max_txn_ms": Param(
-            2000,
+            500,
             type="integer",
             minimum=0,
             maximum=600000,
-            description="Longest transaction a guard admits (the rules' txn_deadline_ms): waited after RESHARDING.",
+            description="Margin waited after the BLOCK acks before P is read: the longest transaction a writer "
+            "outside the guard's commit recheck may still commit.",
         ),
         "lag_threshold_s": Param(
             5.0, type="number", minimum=0, maximum=3600, description="Preflight refuses when replication lags more."
@@ -76,7 +79,6 @@ with DAG(
     record_state = ZoneSwitchRecordStateOperator(task_id="record_state")
     block = ZoneSwitchBlockOperator(task_id="block")
     reshard = ZoneSwitchReshardOperator(task_id="reshard")
-    sync_position = ZoneSwitchSyncPositionOperator(task_id="sync_position")
     wait_sync = ZoneSyncedSensor(task_id="wait_sync")
     activate = ZoneSwitchActivateOperator(
         task_id="activate", retries=30, retry_delay=timedelta(seconds=1), retry_exponential_backoff=2.0
@@ -86,5 +88,5 @@ with DAG(
         task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=5, retry_delay=timedelta(seconds=2)
     )
 
-    preflight >> record_state >> block >> reshard >> sync_position >> wait_sync >> activate >> verify
-    [block, reshard, sync_position, wait_sync] >> rollback
+    preflight >> record_state >> block >> reshard >> wait_sync >> activate >> verify
+    [block, reshard, wait_sync] >> rollback

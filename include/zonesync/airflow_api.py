@@ -94,8 +94,16 @@ class AirflowApi:
         seen: dict[str, str] = {}
         deadline = time.monotonic() + timeout
         while True:
-            run = self.dag_run(dag_id, run_id)
-            for ti in self.task_instances(dag_id, run_id):
+            try:
+                run = self.dag_run(dag_id, run_id)
+                tis = self.task_instances(dag_id, run_id)
+            except AirflowApiError:
+                # a busy API server (a loaded 2-core box) can miss one poll: keep following
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+                continue
+            for ti in tis:
                 state = ti.get("state") or "none"
                 if on_change and seen.get(ti["task_id"]) != state:
                     on_change(ti["task_id"], state)

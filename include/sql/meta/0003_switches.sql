@@ -19,6 +19,7 @@ CREATE TABLE IF NOT EXISTS switches (
     active_version    BIGINT       NULL,
     rollback_version  BIGINT       NULL,
     blocked_at        TIMESTAMP(6) NULL,
+    block_acked_at    TIMESTAMP(6) NULL,
     resharding_at     TIMESTAMP(6) NULL,
     sync_file         VARCHAR(255) NULL,
     sync_pos          BIGINT       NULL,

@@ -85,7 +85,8 @@ def wait_replicated(cfg: EnvConfig, total: int, timeout: float = 60.0) -> str:
 def api_client(cfg: EnvConfig) -> AirflowApi:
     user = os.environ.get("ZONESYNC_AIRFLOW_USER", airflow_env.ADMIN_USER)
     password = os.environ.get("ZONESYNC_AIRFLOW_PASSWORD") or airflow_env.admin_password(cfg) or ""
-    return AirflowApi(f"http://127.0.0.1:{cfg.airflow_port}", user, password)
+    url = os.environ.get("ZONESYNC_AIRFLOW_URL") or f"http://127.0.0.1:{cfg.airflow_port}"
+    return AirflowApi(url, user, password)
 
 
 def run(cfg: EnvConfig) -> int:

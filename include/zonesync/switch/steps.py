@@ -16,9 +16,10 @@ block        record 1: the moved ZSIDs BLOCK, owner from_zone; every registered
              step: cases 3.1-3.4 -> rollback).
 reshard      record 2: owner to_zone, RESHARDING; acks as above (4.1-4.3); T is
              taken after the last ack, on the meta store's clock.
-sync_position waits until the meta clock passes T + max transaction time, then
-             reads P = from_zone's binlog position (from MySQL, not from the
-             replicator: S000-31).
+sync_position waits until the meta clock passes the BLOCK acks + max
+             transaction time (the seed counts from T; BLOCK is acked earlier
+             and admits no write either), then reads P = from_zone's binlog
+             position (from MySQL, not from the replicator: S000-31).
 wait_sync    (a sensor) every other zone has applied from_zone's stream up to P
              (to_zone, and the third zones too: S000-39).
 activate     record 3: owner to_zone ACTIVE. From here on failures retry, never
@@ -65,7 +66,7 @@ class SwitchParams:
     to_zone: str
     reason: str
     ack_timeout_s: float = 10.0
-    max_txn_ms: int = 2000
+    max_txn_ms: int = 500
     lag_threshold_s: float = 5.0
     sync_timeout_s: float = 120.0
     actor: str = "zonesync"
@@ -162,6 +163,12 @@ def preflight(ctx: SwitchContext) -> Switch:
     return sw
 
 
+def _short(result) -> str:
+    if isinstance(result, Switch):
+        return f"ZSIDs {result.zsids} {result.from_zone}->{result.to_zone} leased to this run"
+    return str(result)[:2000]
+
+
 def _replication_ok(ctx: SwitchContext, target: str) -> None:
     """from_zone's stream into `target` is applied, fresh, and not halted anywhere."""
     p = ctx.params
@@ -216,6 +223,7 @@ def block(ctx: SwitchContext) -> int:
     req = sw.request
     version = _publish_once(ctx, "block_version", lambda head: plan.blocked(head, req), "BLOCK", writable=False)
     wait_all_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)
+    ctx.store.stamp_once(ctx.run_id, "block_acked_at")
     return version
 
 
@@ -233,15 +241,22 @@ def reshard(ctx: SwitchContext) -> int:
 
 
 def sync_position(ctx: SwitchContext) -> tuple[str, int]:
-    """P: from_zone's binlog end once no transaction admitted before T can still commit."""
+    """P: from_zone's binlog end once no transaction admitted before the block can commit.
+
+    The seed waits T + max transaction time after RESHARDING. No write to the moved
+    ZSIDs is admitted anywhere once every instance acked BLOCK, which happens
+    earlier, so the same bound holds counted from the BLOCK acks, and the wait
+    overlaps the reshard step instead of adding to the write-blocked window. (For
+    writes through the guard it is a margin only: its commit-time recheck under
+    the version lock already refuses an old-version commit after the ack, S000-27.)
+    """
     store = ctx.store
     sw = _running(ctx)
     if sw.resharding_at is None:
-        raise SwitchError("reshard has not completed: there is no T to wait from")
+        raise SwitchError("reshard has not completed: RESHARDING must be acked before P is taken")
     if sw.sync_file is None:
-        t_us = int(sw.resharding_at.timestamp() * 1_000_000)
-        while True:  # meta clock against meta clock: no skew between hosts
-            left_ms = (t_us + ctx.params.max_txn_ms * 1000 - store.meta_now_us()) / 1000
+        while True:  # the meta clock against its own stamps: no skew between hosts (S000-28)
+            left_ms = store.ms_until_after_block(ctx.run_id, ctx.params.max_txn_ms)
             if left_ms <= 0:
                 break
             time.sleep(min(left_ms, 200) / 1000)
@@ -379,5 +394,5 @@ def run_step(ctx: SwitchContext, step: str):
     except BaseException as exc:
         store.step_finished(sw.id, step, "failed", f"{type(exc).__name__}: {exc}")
         raise
-    store.step_finished(sw.id, step, "ok", str(result)[:2000])
+    store.step_finished(sw.id, step, "ok", _short(result))
     return result

@@ -23,6 +23,7 @@ ONCE_FIELDS = {
     "active_version",
     "rollback_version",
     "blocked_at",
+    "block_acked_at",
     "resharding_at",
     "sync_file",
     "sync_pos",
@@ -51,6 +52,7 @@ class Switch:
     active_version: int | None
     rollback_version: int | None
     blocked_at: object
+    block_acked_at: object
     resharding_at: object
     sync_file: str | None
     sync_pos: int | None
@@ -122,9 +124,14 @@ class SwitchStore:
             (status, detail[:60000], run_id),
         )
 
-    def meta_now_us(self) -> int:
-        rows, _ = self.meta.run("SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)")
-        return int(rows[0][0])
+    def ms_until_after_block(self, run_id: str, plus_ms: int) -> float:
+        """Milliseconds until the BLOCK acks (else T) + plus_ms, on the meta store's clock."""
+        rows, _ = self.meta.run(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), COALESCE(block_acked_at, resharding_at) "
+            "+ INTERVAL %s MICROSECOND) / 1000 FROM switches WHERE run_id = %s",
+            (int(plus_ms) * 1000, run_id),
+        )
+        return float(rows[0][0]) if rows and rows[0][0] is not None else 0.0
 
     # -- steps ---------------------------------------------------------------
     def step_started(self, switch_id: int, step: str) -> None:

@@ -97,10 +97,6 @@ class ZoneSwitchReshardOperator(ZoneSwitchStepOperator):
     final_errors = (*ZoneSwitchStepOperator.final_errors, AckTimeout)
 
 
-class ZoneSwitchSyncPositionOperator(ZoneSwitchStepOperator):
-    step = "sync_position"
-
-
 class ZoneSwitchActivateOperator(ZoneSwitchStepOperator):
     """Past the point of no return: every failure is retried (S000-32), none is final."""
 
