@@ -81,7 +81,11 @@ with DAG(
     reshard = ZoneSwitchReshardOperator(task_id="reshard")
     wait_sync = ZoneSyncedSensor(task_id="wait_sync")
     activate = ZoneSwitchActivateOperator(
-        task_id="activate", retries=30, retry_delay=timedelta(seconds=1), retry_exponential_backoff=2.0
+        task_id="activate",
+        retries=30,
+        retry_delay=timedelta(seconds=1),
+        retry_exponential_backoff=2.0,
+        max_retry_delay=timedelta(seconds=30),  # the ZSIDs are writable nowhere meanwhile
     )
     verify = ZoneSwitchVerifyOperator(task_id="verify")
     rollback = ZoneSwitchRollbackOperator(

@@ -346,3 +346,51 @@ def test_kill_9_of_a_block_task_then_retry(switching, guard_env, meta, zones):
         os.kill(proc.pid, signal.SIGCONT)
         proc.kill()
         proc.wait()
+
+
+def test_leased_zsids_are_not_changed_by_other_publishers(switching, guard_env, meta, zones):
+    """A `rules apply` of an older file during a switch is refused, naming the switch."""
+    from tests.support.rules import rules_doc
+    from zonesync.meta.store import LeasedZsids, RulesChanged
+
+    guard_env("a", period=0.2), guard_env("b", period=0.2)
+    ctx = context(meta, zones)
+    for step in ("preflight", "record_state", "block"):
+        steps.run_step(ctx, step)
+    with pytest.raises(LeasedZsids, match=ctx.run_id):
+        MetaStore(meta).publish_rules(rules_doc(), "an operator re-applies the baseline")
+    head = MetaStore(meta).rules_at()
+    with pytest.raises(RulesChanged):  # computed from an older head: refused, not overwritten
+        MetaStore(meta).publish_rules(
+            head[1], "stale", require_writable=False, based_on=head[0] - 1, lease_holder=ctx.run_id
+        )
+    steps.run_step(ctx, "rollback")
+    MetaStore(meta).publish_rules(rules_doc(), "after the switch ended: allowed")
+
+
+def test_a_foreign_change_to_moved_zsids_stops_the_switch(switching, guard_env, meta, zones):
+    from zonesync.switch import plan
+
+    guard_env("a", period=0.2), guard_env("b", period=0.2)
+    ctx = context(meta, zones)
+    for step in ("preflight", "record_state", "block"):
+        steps.run_step(ctx, step)
+    head_version, head = MetaStore(meta).rules_at()
+    moved_to_c = plan.activated(head, plan.SwitchRequest(((0, 99),), "a", "c", "x"))
+    MetaStore(meta).publish_rules(moved_to_c, "an operator moves them to c", lease_holder=ctx.run_id)
+    with pytest.raises(steps.SwitchError, match="someone else changed them"):
+        steps.run_step(ctx, "reshard")
+    assert _owner(meta, 5) == ("c", "ACTIVE"), "the foreign change is not overwritten"
+
+
+def test_activate_and_rollback_exclude_each_other(switching, guard_env, meta, zones):
+    guard_env("a", period=0.2), guard_env("b", period=0.2)
+    ctx = context(meta, zones)
+    for step in ("preflight", "record_state", "block", "reshard", "sync_position"):
+        steps.run_step(ctx, step)
+    assert wait_sync(ctx, 20) == []
+    steps.run_step(ctx, "rollback")  # e.g. a cleared task: rollback got there first
+    with pytest.raises(steps.SwitchError):
+        steps.run_step(ctx, "activate")
+    assert _owner(meta, 5) == ("a", "ACTIVE")
+    assert SwitchStore(meta).require(ctx.run_id).active_version is None

@@ -7,12 +7,14 @@
 CREATE TABLE IF NOT EXISTS switches (
     id                BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
     run_id            VARCHAR(250) NOT NULL,
-    zsids             VARCHAR(2000) NOT NULL,
+    zsids             TEXT         NOT NULL,
     from_zone         VARCHAR(16)  NOT NULL,
     to_zone           VARCHAR(16)  NOT NULL,
     reason            VARCHAR(500) NOT NULL,
     actor             VARCHAR(128) NOT NULL,
     status            VARCHAR(16)  NOT NULL DEFAULT 'running',
+    -- running, then activating (past the point of no return) or rolling_back: never both
+    phase             VARCHAR(16)  NOT NULL DEFAULT 'running',
     recorded_version  BIGINT       NULL,
     block_version     BIGINT       NULL,
     reshard_version   BIGINT       NULL,
@@ -48,8 +50,8 @@ CREATE TABLE IF NOT EXISTS switch_steps (
 CREATE TABLE IF NOT EXISTS zsid_leases (
     holder       VARCHAR(250) NOT NULL,
     kind         VARCHAR(16)  NOT NULL,
-    zsid_lo      INT          NOT NULL,
-    zsid_hi      INT          NOT NULL,
+    zsid_lo      BIGINT       NOT NULL,
+    zsid_hi      BIGINT       NOT NULL,
     acquired_at  TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     PRIMARY KEY (holder, zsid_lo)
 ) ENGINE=InnoDB;

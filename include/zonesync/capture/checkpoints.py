@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from zonesync.capture.event import file_number
 from zonesync.meta.db import MetaConfig
 
 HISTORY_KEEP = 5000
@@ -88,12 +89,15 @@ class CheckpointStore:
             )
 
     def first_at_or_past(self, log_file: str, log_pos: int) -> Checkpoint | None:
-        """The oldest checkpoint at or past a binlog position (binlog names sort by number)."""
+        """The oldest checkpoint at or past a binlog position, comparing file numbers as
+        numbers (as strings, binlog.999999 would sort after binlog.1000000)."""
+        number = file_number(log_file)
         with self._cur() as cur:
             cur.execute(
-                f"SELECT {COLUMNS} FROM replicator_checkpoints WHERE zone = %s AND (log_file > %s OR "
-                "(log_file = %s AND log_pos >= %s)) ORDER BY lsn LIMIT 1",
-                (self.zone, log_file, log_file, log_pos),
+                f"SELECT {COLUMNS} FROM replicator_checkpoints WHERE zone = %s AND "
+                "(CAST(SUBSTRING_INDEX(log_file, '.', -1) AS UNSIGNED) > %s OR "
+                "(CAST(SUBSTRING_INDEX(log_file, '.', -1) AS UNSIGNED) = %s AND log_pos >= %s)) ORDER BY lsn LIMIT 1",
+                (self.zone, number, number, log_pos),
             )
             r = cur.fetchone()
         return _row(self.zone, r) if r else None

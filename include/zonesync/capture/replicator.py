@@ -59,6 +59,8 @@ from zonesync.meta.db import MetaConfig
 
 log = logging.getLogger("zonesync.replicator")
 SKIP_REPLICATION_FLAG = 0x8000
+# Statements that appear inside a transaction's GTID group without ending it.
+IN_TRANSACTION = ("BEGIN", "SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA ")
 BOOKKEEPING = ("_zs_origin", "_zs_version")
 
 
@@ -332,7 +334,7 @@ class Replicator:
                     isinstance(ev, QueryEvent)
                     and txn is not None
                     and not txn.rows
-                    and ev.query.strip().upper() not in ("BEGIN", "XA START")
+                    and not ev.query.strip().upper().startswith(IN_TRANSACTION)
                 ):
                     # A DDL is its own GTID group and ends with no Xid: nothing to publish
                     # (DDL is not replicated), but the position after it is a boundary.
@@ -349,7 +351,10 @@ class Replicator:
                     idle
                     and txn is None
                     and stream.log_pos
-                    and (boundary is None or (stream.log_file, stream.log_pos) > boundary)
+                    and (
+                        boundary is None
+                        or (file_number(stream.log_file), stream.log_pos) > (file_number(boundary[0]), boundary[1])
+                    )
                 ):
                     # Idle at the end of the binlog: everything before the server's position
                     # was read, even events that end no transaction (DDL, a binlog checkpoint).

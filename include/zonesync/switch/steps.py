@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from zonesync.meta.db import MetaConfig, MetaError
 from zonesync.meta.guards import AckTimeout, list_instances, require_healthy, wait_acks
-from zonesync.meta.store import MetaStore
+from zonesync.meta.store import MetaStore, RulesChanged
 from zonesync.rules.check import check
 from zonesync.rules.model import RuleSet
 from zonesync.switch import plan
@@ -119,25 +119,68 @@ def wait_all_acks(meta: MetaConfig, version: int, zones: set[str], timeout: floa
         time.sleep(0.02)
 
 
-def _publish_once(ctx: SwitchContext, field: str, make: Callable[[RuleSet], RuleSet], what: str, writable: bool) -> int:
+# What the moved ZSIDs may hold when a stage is published: its predecessor, or the stage
+# itself (a retry). Anything else means someone else changed them: stop, do not overwrite.
+def _expected(req: plan.SwitchRequest) -> dict[str, set[tuple[str, str]]]:
+    a, b = req.from_zone, req.to_zone
+    return {
+        "block_version": {(a, "ACTIVE"), (a, "BLOCK")},
+        "reshard_version": {(a, "BLOCK"), (b, "RESHARDING")},
+        "active_version": {(b, "RESHARDING"), (b, "ACTIVE")},
+        "rollback_version": {(a, "ACTIVE"), (a, "BLOCK"), (b, "RESHARDING")},
+    }
+
+
+def moved_states(rules: RuleSet, req: plan.SwitchRequest) -> set[tuple[str, str]]:
+    return {(r.zone, r.status) for r in rules.rules for lo, hi in req.zsids if r.lo <= hi and r.hi >= lo}
+
+
+def _publish_once(ctx: SwitchContext, field: str, make: Callable[[RuleSet], RuleSet], what: str) -> int:
     """Publish the next stage once; a retry reuses the version the first attempt chose.
 
     The stage is computed from the head, so a concurrent change to other ZSIDs is
-    kept. If a crash fell between publishing and recording the version, the head
-    already equals the stage, and that version is adopted instead of publishing a
-    duplicate.
+    kept, and published only if the head is still the one it was computed from
+    (compare-and-swap under the head lock; recomputed when another publisher got
+    in between). The moved ZSIDs must hold the previous stage (or this one): a
+    change by anyone else stops the step instead of being overwritten. If a crash
+    fell between publishing and recording the version, the head already equals the
+    stage, and that version is adopted instead of publishing a duplicate.
     """
     store = ctx.store
     sw = store.require(ctx.run_id)
     if getattr(sw, field) is not None:
         return getattr(sw, field)
-    head_version, head = _head(ctx.meta)
-    desired = make(head)
-    if desired.to_doc() == head.to_doc():
-        version = head_version
-    else:
+    req = sw.request
+    for _ in range(20):
+        head_version, head = _head(ctx.meta)
+        found = moved_states(head, req)
+        allowed = _expected(req)[field]
+        if not found <= allowed:
+            raise SwitchError(
+                f"{what}: the moved ZSIDs are {sorted(found)} at rules v{head_version}, expected one of "
+                f"{sorted(allowed)}: someone else changed them; see `zonesync rules show --history`"
+            )
+        desired = make(head)
+        if desired.to_doc() == head.to_doc():
+            version = head_version
+            break
         reason = f"switch {ctx.run_id}: {what} ZSIDs {sw.zsids} {sw.from_zone}->{sw.to_zone} ({sw.reason})"
-        version = MetaStore(ctx.meta).publish_rules(desired, reason, ctx.params.actor, require_writable=writable)
+        try:
+            # Staged versions are never fully writable, and another switch may be in
+            # flight: the moved ZSIDs' owner and status are right by construction.
+            version = MetaStore(ctx.meta).publish_rules(
+                desired,
+                reason,
+                ctx.params.actor,
+                require_writable=False,
+                based_on=head_version,
+                lease_holder=ctx.run_id,
+            )
+            break
+        except RulesChanged:
+            continue
+    else:
+        raise SwitchError(f"{what}: the rules kept changing under this step; try again")
     return getattr(store.set_once(ctx.run_id, **{field: version}), field)
 
 
@@ -153,10 +196,11 @@ def preflight(ctx: SwitchContext) -> Switch:
     zones = set(MetaStore(ctx.meta).zones())
     if sw.block_version is None:
         plan.validate(req, head, zones)
-        for stage in (plan.blocked, plan.resharding):
+        # another switch of other ZSIDs may be in flight: no stage can require every ZSID writable
+        for stage in (plan.blocked, plan.resharding, plan.activated):
             check(stage(head, req), zones, require_writable=False)
-        check(plan.activated(head, req), zones)
     require_healthy(ctx.meta, ctx.zones)
+    _capture_ok(ctx)
     for target in sorted(zones - {p.from_zone}):
         _replication_ok(ctx, target)
     store.acquire_lease(ctx.run_id, list(req.zsids))
@@ -167,6 +211,53 @@ def _short(result) -> str:
     if isinstance(result, Switch):
         return f"ZSIDs {result.zsids} {result.from_zone}->{result.to_zone} leased to this run"
     return str(result)[:2000]
+
+
+def binlog_position(conn) -> tuple[str, int] | None:
+    """The server's binlog end (MySQL 8.4 renamed the statement)."""
+    with conn.cursor() as cur:
+        for sql in ("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS"):
+            try:
+                cur.execute(sql)
+            except Exception as exc:  # noqa: BLE001 - try the other spelling, then report
+                last = exc
+                continue
+            row = cur.fetchone()
+            return (row[0], int(row[1])) if row else None
+    raise SwitchError(
+        f"cannot read the binlog position ({last}): the zone user needs BINLOG MONITOR / REPLICATION CLIENT"
+    )
+
+
+def _capture_ok(ctx: SwitchContext) -> None:
+    """from_zone's replicator is alive: its checkpoint is at the binlog end, or recent.
+
+    Appliers report lag against what reached Kafka, so a dead replicator looks like
+    zero lag; wait_sync would then time out with the ZSIDs blocked for nothing."""
+    from zonesync.capture.event import file_number
+
+    p = ctx.params
+    conn = ctx.zone_conn(p.from_zone)
+    try:
+        end = binlog_position(conn)
+    finally:
+        conn.close()
+    rows, _ = ctx.meta.run(
+        "SELECT log_file, log_pos, TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) / 1e6 FROM replicator_checkpoints "
+        "WHERE zone = %s ORDER BY lsn DESC LIMIT 1",
+        (p.from_zone,),
+    )
+    if not rows:
+        raise SwitchError(
+            f"zone {p.from_zone} has no replicator checkpoint: start `zonesync replicate --zone {p.from_zone}`"
+        )
+    log_file, log_pos, age = rows[0]
+    at_end = end is None or (file_number(log_file), int(log_pos)) >= (file_number(end[0]), end[1])
+    if not at_end and float(age) > max(10.0, 3 * p.lag_threshold_s):
+        raise SwitchError(
+            f"zone {p.from_zone}'s replicator last checkpointed {float(age):.0f} s ago at {log_file}:{log_pos}, "
+            f"behind the binlog end {end[0]}:{end[1]}: is `zonesync replicate --zone {p.from_zone}` running?"
+        )
 
 
 def _replication_ok(ctx: SwitchContext, target: str) -> None:
@@ -217,11 +308,11 @@ def block(ctx: SwitchContext) -> int:
     sw = _running(ctx)
     if sw.recorded_version is None:
         raise SwitchError("record_state has not run: nothing to roll back to, so nothing may be pushed")
-    if sw.block_version is None:
+    req = sw.request
+    if sw.blocked_at is None:  # stamped before the push: a retry after it never re-checks health
         require_healthy(ctx.meta, ctx.zones)
         ctx.store.stamp_once(ctx.run_id, "blocked_at")
-    req = sw.request
-    version = _publish_once(ctx, "block_version", lambda head: plan.blocked(head, req), "BLOCK", writable=False)
+    version = _publish_once(ctx, "block_version", lambda head: plan.blocked(head, req), "BLOCK")
     wait_all_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)
     ctx.store.stamp_once(ctx.run_id, "block_acked_at")
     return version
@@ -232,9 +323,7 @@ def reshard(ctx: SwitchContext) -> int:
     if sw.block_version is None:
         raise SwitchError("block has not run: RESHARDING may only follow an acked BLOCK")
     req = sw.request
-    version = _publish_once(
-        ctx, "reshard_version", lambda head: plan.resharding(head, req), "RESHARDING", writable=False
-    )
+    version = _publish_once(ctx, "reshard_version", lambda head: plan.resharding(head, req), "RESHARDING")
     wait_all_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)
     ctx.store.stamp_once(ctx.run_id, "resharding_at")  # T
     return version
@@ -262,9 +351,7 @@ def sync_position(ctx: SwitchContext) -> tuple[str, int]:
             time.sleep(min(left_ms, 200) / 1000)
         conn = ctx.zone_conn(ctx.params.from_zone)
         try:
-            with conn.cursor() as cur:
-                cur.execute("SHOW MASTER STATUS")
-                row = cur.fetchone()
+            row = binlog_position(conn)
         finally:
             conn.close()
         if not row:
@@ -297,8 +384,10 @@ def activate(ctx: SwitchContext) -> int:
     sw = _running(ctx)
     if sw.synced_at is None:
         raise SwitchError("wait_sync has not seen every zone reach P: activating now could lose writes")
+    if not ctx.store.claim_phase(ctx.run_id, "activating"):
+        raise SwitchError("rollback has started for this switch: it is never activated afterwards")
     req = sw.request
-    version = _publish_once(ctx, "active_version", lambda head: plan.activated(head, req), "ACTIVE", writable=True)
+    version = _publish_once(ctx, "active_version", lambda head: plan.activated(head, req), "ACTIVE")
     wait_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)  # healthy instances; retried on timeout
     sw = ctx.store.stamp_once(ctx.run_id, "activated_at")
     dead = [g for g in list_instances(ctx.meta, ctx.zones) if g.version_applied < version]
@@ -341,19 +430,17 @@ def rollback(ctx: SwitchContext) -> str:
         return "nothing to roll back: the switch never started (preflight refused it)"
     failed = [s for s in store.steps(sw.id) if s["status"] == "failed"]
     why = "; ".join(f"{s['step']}: {s['detail']}" for s in failed) or "an upstream step failed"
-    if sw.active_version is not None:
-        return f"not rolled back: activate already published v{sw.active_version} (past the point of no return)"
     if sw.status == ROLLED_BACK:
         return sw.detail or "rolled back"
-    if sw.block_version is None:
+    if not store.claim_phase(ctx.run_id, "rolling_back"):
+        return "not rolled back: activate has started (past the point of no return)"
+    if sw.blocked_at is None:  # stamped before block's push: nothing was published
         store.finish(ctx.run_id, FAILED, f"refused before any push: {why}")
         store.release_lease(ctx.run_id)
         return f"nothing was pushed; switch failed: {why}"
     recorded = MetaStore(ctx.meta).rules_version(sw.recorded_version)
     req = sw.request
-    version = _publish_once(
-        ctx, "rollback_version", lambda head: plan.rolled_back(recorded, head, req), "ROLLBACK", writable=True
-    )
+    version = _publish_once(ctx, "rollback_version", lambda head: plan.rolled_back(recorded, head, req), "ROLLBACK")
     outcome = f"rolled back to the rules of v{sw.recorded_version} as v{version} because {why}"
     try:
         wait_all_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)

@@ -46,6 +46,7 @@ class Switch:
     reason: str
     actor: str
     status: str
+    phase: str
     recorded_version: int | None
     block_version: int | None
     reshard_version: int | None
@@ -117,6 +118,17 @@ class SwitchStore:
             raise ValueError(f"not a write-once time field: {field}")
         self.meta.run(f"UPDATE switches SET {field} = COALESCE({field}, NOW(6)) WHERE run_id = %s", (run_id,))
         return self.require(run_id)
+
+    def claim_phase(self, run_id: str, phase: str) -> bool:
+        """Enter 'activating' or 'rolling_back', unless the other one was entered first.
+
+        The point of no return as one conditional update: activate and rollback can
+        never both publish, whatever Airflow does with the tasks (a cleared task, a
+        duplicate run of one)."""
+        other = {"activating": "rolling_back", "rolling_back": "activating"}[phase]
+        self.meta.run("UPDATE switches SET phase = %s WHERE run_id = %s AND phase <> %s", (phase, run_id, other))
+        rows, _ = self.meta.run("SELECT phase FROM switches WHERE run_id = %s", (run_id,))
+        return bool(rows) and rows[0][0] == phase
 
     def finish(self, run_id: str, status: str, detail: str = "") -> None:
         self.meta.run(

@@ -59,8 +59,10 @@ def compare_moved(zone_conn, rules: RuleSet, req: SwitchRequest, zone_ids: dict[
     for table in sorted(rules.tables):
         conns = {z: zone_conn(z) for z in (req.from_zone, req.to_zone)}
         try:
-            target = _rows(conns[req.to_zone], table, index, req.zsids)  # the new owner first
+            # from_zone first: a row to_zone rewrote that reached from_zone before this read
+            # is then rewritten (or tombstoned) in to_zone's later read as well
             source = _rows(conns[req.from_zone], table, index, req.zsids)
+            target = _rows(conns[req.to_zone], table, index, req.zsids)
             tombs = _tombstones(conns[req.to_zone], table)
         finally:
             for c in conns.values():
@@ -70,7 +72,7 @@ def compare_moved(zone_conn, rules: RuleSet, req: SwitchRequest, zone_ids: dict[
         for key in sorted(keys):
             a, b = source.get(key), target.get(key)
             total += 1
-            if b is not None and b.get("_zs_origin") == new_owner:
+            if (b is not None and b.get("_zs_origin") == new_owner) or (a and a.get("_zs_origin") == new_owner):
                 continue  # rewritten by the new owner since
             if a is None and b is not None:
                 mismatched.append(f"{table}{key}: only in {req.to_zone}")

@@ -18,7 +18,6 @@ from datetime import timedelta
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from zonesync.meta.db import MetaError
 from zonesync.switch.steps import SwitchError, behind_zones, run_step
 from zonesync.switch.store import SwitchStore
 from zonesync_airflow.operators.switch import switch_context
@@ -67,7 +66,7 @@ class ZoneSyncedSensor(BaseSensorOperator):
         ctx = switch_context(context, self.meta_conn_id)
         try:
             position = run_step(ctx, "sync_position")
-        except (SwitchError, MetaError) as exc:
+        except SwitchError as exc:  # a refusal; a meta store blip is retried instead
             raise AirflowFailException(f"sync_position: {exc}") from exc
         self.log.info("sync position P = %s:%s", *position)
         self._step(context, None)
@@ -95,6 +94,7 @@ class ZoneSyncedSensor(BaseSensorOperator):
                 to_zone=ctx.params.to_zone,
                 timeout_s=timeout_s,
                 meta_conn_id=self.meta_conn_id,
+                waited_s=time.monotonic() - started,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=timeout_s + 60),  # backstop: the trigger reports its own timeout

@@ -30,7 +30,7 @@ class ZoneSyncedTrigger(BaseTrigger):
         meta_conn_id: str = "zonesync_meta",
         zone_conn_prefix: str = "zonesync_zone_",
         poll_interval: float = 0.1,
-        started_at: float | None = None,
+        waited_s: float = 0.0,
     ):
         super().__init__()
         self.run_id = run_id
@@ -40,7 +40,7 @@ class ZoneSyncedTrigger(BaseTrigger):
         self.meta_conn_id = meta_conn_id
         self.zone_conn_prefix = zone_conn_prefix
         self.poll_interval = poll_interval
-        self.started_at = started_at if started_at is not None else time.time()
+        self.waited_s = waited_s  # already waited in the worker, by its own monotonic clock
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -53,7 +53,7 @@ class ZoneSyncedTrigger(BaseTrigger):
                 "meta_conn_id": self.meta_conn_id,
                 "zone_conn_prefix": self.zone_conn_prefix,
                 "poll_interval": self.poll_interval,
-                "started_at": self.started_at,  # a triggerer restart keeps the original deadline
+                "waited_s": self.waited_s,
             },
         )
 
@@ -84,12 +84,16 @@ class ZoneSyncedTrigger(BaseTrigger):
         from zonesync.switch.steps import behind_zones
 
         ctx = await self._context()
+        # Deadlines by this process's monotonic clock only, never the worker's wall clock
+        # against the triggerer's; a restarted triggerer waits the rest again (longer, safe).
+        started = time.monotonic()
         while True:
             behind = await asyncio.to_thread(behind_zones, ctx)
+            waited = self.waited_s + time.monotonic() - started
             if not behind:
-                yield TriggerEvent({"status": "synced", "waited_s": time.time() - self.started_at})
+                yield TriggerEvent({"status": "synced", "waited_s": waited})
                 return
-            if time.time() - self.started_at >= self.timeout_s:
-                yield TriggerEvent({"status": "timeout", "behind": behind, "waited_s": time.time() - self.started_at})
+            if waited >= self.timeout_s:
+                yield TriggerEvent({"status": "timeout", "behind": behind, "waited_s": waited})
                 return
             await asyncio.sleep(self.poll_interval)
