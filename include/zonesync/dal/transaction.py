@@ -132,21 +132,34 @@ class Transaction:
         pk, _ = self._meta(table, {**key, **changes}, "update")
         if not changes:
             return 0
-        old = self._locked_row(table, key, pk)
-        if old is None:
-            return 0
-        self._check(table, old)
-        self._check(table, {**old, **changes})  # a row moved to another ZSID must be writable there too
-        self.guard.clock.observe(int(old["_zs_version"]))
+        if sorted(key) != sorted(pk):
+            raise TableContractError(f"table {table}: rows are addressed by the primary key ({', '.join(pk)})")
+        spec = self.guard.state.table_spec(table)
+        deciding = {spec.column, *([spec.entity.column] if spec.entity else [])}
+        if deciding <= set(key) and not deciding & set(changes):
+            # The key alone decides the ZSID (and entity), and the update keeps them: no
+            # need to read the row first. The UPDATE locks it; no row, no change.
+            self._check(table, key)
+            old_version = None
+        else:
+            old = self._locked_row(table, key, pk)
+            if old is None:
+                return 0
+            self._check(table, old)
+            self._check(table, {**old, **changes})  # a row moved to another ZSID must be writable there too
+            old_version = int(old["_zs_version"])
+            self.guard.clock.observe(old_version)
         sets = ", ".join(f"{_q(c)} = %s" for c in changes)
         where = " AND ".join(f"{_q(c)} = %s" for c in pk)
         with self.conn.cursor() as cur:
-            cur.execute(
+            # GREATEST(version + 1, now): the version always moves, so a matched row always
+            # counts as changed, and versions of a row never go backwards
+            changed = cur.execute(
                 f"UPDATE {_q(table)} SET {sets}, `_zs_origin` = %s, `_zs_version` = GREATEST(`_zs_version` + 1, %s) "
                 f"WHERE {where}",
                 [*changes.values(), self.guard.zone_id, self.guard.clock.tick(), *[key[c] for c in pk]],
             )
-        return 1
+        return 1 if changed else 0
 
     def delete(self, table: str, key: dict) -> int:
         pk, _ = self._meta(table, key, "delete from")
