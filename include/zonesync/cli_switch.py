@@ -84,8 +84,10 @@ def _summary(run_id: str) -> None:
     if sw is None:
         print("no switch recorded in meta for this run (refused before preflight)")
         return
-    window = f"{sw.window_ms:.0f} ms" if sw.window_ms is not None else "-"
-    print(f"{sw.status}: {sw.detail or ''} (write-blocked window {window})")
+    detail = sw.detail or ""
+    if sw.window_ms is not None and "window" not in detail:
+        detail += f" (write-blocked window {sw.window_ms:.0f} ms)"
+    print(f"{sw.status}: {detail.strip()}")
 
 
 def _status(run_id: str) -> int:
