@@ -394,3 +394,44 @@ def test_activate_and_rollback_exclude_each_other(switching, guard_env, meta, zo
         steps.run_step(ctx, "activate")
     assert _owner(meta, 5) == ("a", "ACTIVE")
     assert SwitchStore(meta).require(ctx.run_id).active_version is None
+
+
+def test_replicator_down_during_wait_sync_never_activates(switching, cluster, guard_env, meta, zones):
+    """S000-31: P comes from a's MySQL, not from its replicator, so b cannot reach it."""
+    ga = guard_env("a", period=0.2)
+    guard_env("b", period=0.2)
+    ctx = context(meta, zones)
+    for step in ("preflight", "record_state", "block", "reshard"):
+        steps.run_step(ctx, step)
+    cluster.stop("replicator-a")
+    with ga.transaction() as tx:  # a write in a that nobody captures now
+        tx.insert("tenants", {"tenant_id": 150, "name": "uncaptured"})
+    steps.run_step(ctx, "sync_position")
+    assert wait_sync(ctx, 2.0) == ["b", "c"]
+    with pytest.raises(steps.SwitchError):
+        steps.run_step(ctx, "activate")
+    steps.run_step(ctx, "rollback")
+    assert _owner(meta, 5) == ("a", "ACTIVE")
+
+
+def test_skewed_guard_clocks_keep_one_writer_and_ordered_versions(switching, guard_env, meta, zones):
+    """S000-28: guards an hour ahead (a) and an hour behind (b): the switch waits only on
+    the meta clock and monotonic time, and b's writes still outrank a's last versions."""
+    from zonesync.dal.hlc import HybridClock
+
+    hour = 3_600_000_000
+    ga = guard_env("a", period=0.2, clock=HybridClock(lambda: time.time_ns() // 1000 + hour))
+    gb = guard_env("b", period=0.2, clock=HybridClock(lambda: time.time_ns() // 1000 - hour))
+    writers = Writers({"a": ga, "b": gb}, range(0, 100), {"a": range(200, 203)})
+    writers.start()
+    time.sleep(0.5)
+    run_switch(context(meta, zones))
+    time.sleep(1.0)
+    writers.finish()
+    by_zone = writers.moved_by_zone()
+    assert by_zone["a"] and by_zone["b"]
+    assert max(w.committed for w in by_zone["a"]) < min(w.started for w in by_zone["b"])
+    sums = wait_converged(zones, ("tenants",))
+    for tenant in {w.tenant for w in by_zone["b"]}:
+        row = next(r for r in sums["tenants"]["a"] if r[0] == tenant)
+        assert row[3] == 2, f"tenant {tenant}: b's write (origin 2) won everywhere despite b's slow clock"
