@@ -51,6 +51,20 @@ def _write(guard, n, start=0):
             tx.insert("tenants", {"tenant_id": i, "name": f"r{i}"})
 
 
+def _wait_halted(zones, timeout: float = 30):
+    """zone b's (status, detail) of zone a's partition once halted (or as it is at the timeout)."""
+    deadline = time.monotonic() + timeout
+    row = None
+    while time.monotonic() < deadline:
+        with zones["b"].connect().cursor() as cur:
+            cur.execute("SELECT status, detail FROM zonesync.apply_state WHERE source_zone = 'a'")
+            row = cur.fetchone()
+        if row and row[0] == "halted":
+            break
+        time.sleep(0.1)
+    return row
+
+
 def _resend_requests(meta):
     with meta.connect().cursor() as cur:
         cur.execute("SELECT partition_no, from_lsn, status FROM resend_requests WHERE target_zone = 'b'")
@@ -85,15 +99,7 @@ def test_duplicate_is_skipped_without_a_resend(faulty, guard_env, zones, meta):
 def test_unrepairable_gap_halts_the_partition_and_alerts(faulty, guard_env, zones, meta):
     cluster, relay = faulty({3: "drop_always"}, resend_timeout=0.3, max_resends=2)
     _write(guard_env("a"), 6)
-    deadline = time.monotonic() + 30
-    row = None
-    while time.monotonic() < deadline:
-        with zones["b"].connect().cursor() as cur:
-            cur.execute("SELECT status, detail FROM zonesync.apply_state WHERE source_zone = 'a'")
-            row = cur.fetchone()
-        if row and row[0] == "halted":
-            break
-        time.sleep(0.1)
+    row = _wait_halted(zones)
     assert row and row[0] == "halted", row
     assert "not repaired by 2 resends" in row[1]
     assert len([r for r in _resend_requests(meta) if r[2] == "done"]) == 2, "both resends were served"
@@ -127,15 +133,7 @@ def test_refused_resend_halts_at_once(faulty, guard_env, zones, meta):
             "(SELECT m FROM (SELECT MAX(lsn) m FROM replicator_checkpoints WHERE zone = 'a') x)"
         )
     cluster.start(which=("replicator",))
-    deadline = time.monotonic() + 30
-    row = None
-    while time.monotonic() < deadline:
-        with zones["b"].connect().cursor() as cur:
-            cur.execute("SELECT status, detail FROM zonesync.apply_state WHERE source_zone = 'a'")
-            row = cur.fetchone()
-        if row and row[0] == "halted":
-            break
-        time.sleep(0.1)
+    row = _wait_halted(zones)
     assert row and row[0] == "halted", row
     assert "impossible" in row[1] and "full copy" in row[1], row[1]
     served = [r for r in _resend_requests(meta) if r[2] == "done"]

@@ -363,15 +363,7 @@ class Replicator:
                     boundary_dirty = True
                 if boundary_dirty and (idle or now - last_cp_time >= self.checkpoint_interval):
                     # take a checkpoint at the last commit; it is saved once the broker acked it
-                    cp_now = Checkpoint(
-                        self.zone,
-                        max(partition_lsns.values(), default=0),
-                        boundary[0],
-                        boundary[1],
-                        dict(partition_lsns),
-                        hwm,
-                    )
-                    in_flight.append((cp_now, list(produced)))
+                    in_flight.append(self._noted(boundary, partition_lsns, hwm, produced))
                     boundary_dirty = False
                     last_cp_time = now
                 if in_flight:
@@ -394,19 +386,7 @@ class Replicator:
                         self._drain(producer, in_flight, acked, errors)
                         return  # start a new pass that rewinds for the request
             if boundary_dirty:
-                in_flight.append(
-                    (
-                        Checkpoint(
-                            self.zone,
-                            max(partition_lsns.values(), default=0),
-                            boundary[0],
-                            boundary[1],
-                            dict(partition_lsns),
-                            hwm,
-                        ),
-                        list(produced),
-                    )
-                )
+                in_flight.append(self._noted(boundary, partition_lsns, hwm, produced))
             self._drain(producer, in_flight, acked, errors)
         finally:
             stream.close()
@@ -452,6 +432,11 @@ class Replicator:
             produced[partition] += 1
             hwm = max(hwm, lsn)
         return hwm
+
+    def _noted(self, boundary, partition_lsns, hwm, produced) -> tuple[Checkpoint, list[int]]:
+        """A checkpoint at `boundary`, with how many events each partition had been given."""
+        lsn = max(partition_lsns.values(), default=0)
+        return Checkpoint(self.zone, lsn, boundary[0], boundary[1], dict(partition_lsns), hwm), list(produced)
 
     def _save_acked(self, in_flight: deque, acked: list[int], errors: list[str]) -> None:
         """Step 5: save the newest checkpoint the broker acked everything up to."""
