@@ -412,7 +412,7 @@ def verify(ctx: SwitchContext, timeout_s: float = 30.0) -> dict:
         if not report["mismatched"] or time.monotonic() >= deadline:
             break
         time.sleep(0.5)  # what to_zone wrote since activation may still be on its way back
-    summary = f"window {sw.window_ms:.0f} ms; verified {report['rows']} rows in {report['tables']} tables"
+    summary = f"write-blocked window {sw.window_ms:.0f} ms; verified {report['rows']} rows in {report['tables']} tables"
     if report["mismatched"]:
         detail = f"{len(report['mismatched'])} rows differ, e.g. {report['mismatched'][:5]}"
         ctx.store.finish(ctx.run_id, FAILED, f"activated, but verify found {detail}")
