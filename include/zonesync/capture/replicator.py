@@ -86,7 +86,10 @@ class SourceDB:
         conn = self.connect()
         try:
             with conn.cursor() as cur:
-                cur.execute("SHOW MASTER STATUS")
+                try:
+                    cur.execute("SHOW MASTER STATUS")
+                except pymysql.err.ProgrammingError:  # MySQL 8.4 renamed it
+                    cur.execute("SHOW BINARY LOG STATUS")
                 row = cur.fetchone()
         finally:
             conn.close()
