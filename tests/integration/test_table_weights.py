@@ -36,10 +36,14 @@ def fk_tables(zones):
 
 
 def _write(zone, *statements):
+    """One transaction: its events reach the broker as one batch, so the applier gets them
+    in one round however loaded the machine is."""
     conn = zone.connect("zonesync_app")
+    conn.begin()
     with conn.cursor() as cur:
         for sql in statements:
             cur.execute(sql)
+    conn.commit()
     conn.close()
 
 
@@ -75,14 +79,18 @@ def test_parent_lands_before_child_by_weight(fk_tables, zones, meta, broker, tes
         )
         assert _wait(lambda: _child(zones["b"]) == (1, None), 20)
         cluster.stop("applier-b")
+        published = cluster.replicators["a"].published
         # one round for the applier: the child is seen first, then a new parent it moves to
+        # (valid in zone a's own order, one transaction)
         _write(
             zones["a"],
             f"UPDATE wt_child SET note = 'seen first', _zs_version = {v + 1} WHERE id = 10",
             f"INSERT INTO wt_parent (id, _zs_version) VALUES (2, {v + 2})",
             f"UPDATE wt_child SET parent_id = 2, _zs_version = {v + 3} WHERE id = 10",
         )
-        time.sleep(0.5)  # all of it published before the applier is back
+        # all three published (and acked) before the applier is back, so its first fetch has them all
+        assert _wait(lambda: cluster.replicators["a"].published >= published + 3, 20)
+        time.sleep(0.5)
         cluster.start(which=("applier",), zones=("b",), workers=1, table_weights=weights)
         landed = _wait(lambda: _child(zones["b"]) == (2, "seen first"), 8)
         if weights:
