@@ -81,12 +81,20 @@ def require_healthy(meta: MetaConfig, zones: set[str]) -> list[GuardInstance]:
     return instances
 
 
-def wait_acks(meta: MetaConfig, version: int, zones: set[str], timeout: float, poll: float = 0.02) -> float:
-    """Block until every healthy instance in `zones` runs >= version; return seconds waited."""
+def wait_acks(
+    meta: MetaConfig, version: int, zones: set[str], timeout: float, poll: float = 0.02, unhealthy_too: bool = False
+) -> float:
+    """Block until every healthy instance in `zones` runs >= version; return seconds waited.
+
+    With `unhealthy_too`, every registered instance must ack, healthy or not: a zone
+    switch's BLOCK and RESHARDING treat an instance that stopped heartbeating as one
+    that has not acked, and fail (to roll back) instead of skipping it (seed cases
+    3.2, 3.4, 4.1).
+    """
     started = time.monotonic()
     while True:
         instances = list_instances(meta, zones)
-        laggards = [g for g in instances if g.healthy and g.version_applied < version]
+        laggards = [g for g in instances if (unhealthy_too or g.healthy) and g.version_applied < version]
         if not laggards:
             return time.monotonic() - started
         if time.monotonic() - started >= timeout:

@@ -102,23 +102,6 @@ def _running(ctx: SwitchContext) -> Switch:
     return sw
 
 
-def wait_all_acks(meta: MetaConfig, version: int, zones: set[str], timeout: float) -> float:
-    """Every registered instance of `zones` runs >= version, healthy or not.
-
-    Stricter than wait_acks: during block and reshard an instance that stopped
-    heartbeating has not acked, and the step must fail (and roll back) rather than
-    skip it (seed cases 3.2, 3.4, 4.1).
-    """
-    started = time.monotonic()
-    while True:
-        laggards = [g for g in list_instances(meta, zones) if g.version_applied < version]
-        if not laggards:
-            return time.monotonic() - started
-        if time.monotonic() - started >= timeout:
-            raise AckTimeout(version, laggards, timeout)
-        time.sleep(0.02)
-
-
 # What the moved ZSIDs may hold when a stage is published: its predecessor, or the stage
 # itself (a retry). Anything else means someone else changed them: stop, do not overwrite.
 def _expected(req: plan.SwitchRequest) -> dict[str, set[tuple[str, str]]]:
@@ -313,7 +296,7 @@ def block(ctx: SwitchContext) -> int:
         require_healthy(ctx.meta, ctx.zones)
         ctx.store.stamp_once(ctx.run_id, "blocked_at")
     version = _publish_once(ctx, "block_version", lambda head: plan.blocked(head, req), "BLOCK")
-    wait_all_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)
+    wait_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s, unhealthy_too=True)
     ctx.store.stamp_once(ctx.run_id, "block_acked_at")
     return version
 
@@ -324,7 +307,7 @@ def reshard(ctx: SwitchContext) -> int:
         raise SwitchError("block has not run: RESHARDING may only follow an acked BLOCK")
     req = sw.request
     version = _publish_once(ctx, "reshard_version", lambda head: plan.resharding(head, req), "RESHARDING")
-    wait_all_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)
+    wait_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s, unhealthy_too=True)
     ctx.store.stamp_once(ctx.run_id, "resharding_at")  # T
     return version
 
@@ -443,7 +426,7 @@ def rollback(ctx: SwitchContext) -> str:
     version = _publish_once(ctx, "rollback_version", lambda head: plan.rolled_back(recorded, head, req), "ROLLBACK")
     outcome = f"rolled back to the rules of v{sw.recorded_version} as v{version} because {why}"
     try:
-        wait_all_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)
+        wait_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s, unhealthy_too=True)
     except AckTimeout as exc:
         names = ", ".join(f"{g.instance_id} (zone {g.zone}, v{g.version_applied})" for g in exc.laggards)
         outcome += f"; not acked by {names}: they stay blocked (safe) until keepalive brings them to v{version}"
