@@ -44,6 +44,7 @@ from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEv
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from zonesync import transport
+from zonesync.capture.binlog import binlog_end
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.capture.event import (
     DELETE,
@@ -85,17 +86,12 @@ class SourceDB:
     def master_status(self) -> tuple[str, int]:
         conn = self.connect()
         try:
-            with conn.cursor() as cur:
-                try:
-                    cur.execute("SHOW MASTER STATUS")
-                except pymysql.err.ProgrammingError:  # MySQL 8.4 renamed it
-                    cur.execute("SHOW BINARY LOG STATUS")
-                row = cur.fetchone()
+            end = binlog_end(conn)
         finally:
             conn.close()
-        if not row:
+        if end is None:
             raise ReplicatorError(f"binary logging is off on {self.host}:{self.port}: zones need log_bin")
-        return row[0], int(row[1])
+        return end
 
 
 @dataclass

@@ -43,6 +43,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pymysql
+
+from zonesync.capture.binlog import binlog_end
 from zonesync.meta.db import MetaConfig, MetaError
 from zonesync.meta.guards import AckTimeout, list_instances, require_healthy, wait_acks
 from zonesync.meta.store import MetaStore, RulesChanged
@@ -197,19 +200,12 @@ def _short(result) -> str:
 
 
 def binlog_position(conn) -> tuple[str, int] | None:
-    """The server's binlog end (MySQL 8.4 renamed the statement)."""
-    with conn.cursor() as cur:
-        for sql in ("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS"):
-            try:
-                cur.execute(sql)
-            except Exception as exc:  # noqa: BLE001 - try the other spelling, then report
-                last = exc
-                continue
-            row = cur.fetchone()
-            return (row[0], int(row[1])) if row else None
-    raise SwitchError(
-        f"cannot read the binlog position ({last}): the zone user needs BINLOG MONITOR / REPLICATION CLIENT"
-    )
+    try:
+        return binlog_end(conn)
+    except pymysql.err.MySQLError as exc:
+        raise SwitchError(
+            f"cannot read the binlog position ({exc}): the zone user needs BINLOG MONITOR / REPLICATION CLIENT"
+        ) from None
 
 
 def _capture_ok(ctx: SwitchContext) -> None:
