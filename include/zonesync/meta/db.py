@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,21 @@ class MetaConfig:
             with conn.cursor() as cur:
                 cur.execute(sql, args)
                 return list(cur.fetchall()), int(cur.lastrowid or 0)
+        finally:
+            conn.close()
+
+    @contextmanager
+    def transaction(self):
+        """A cursor in one transaction on a short-lived connection: committed when the
+        block ends, rolled back on any error."""
+        conn = self.connect(autocommit=False)
+        try:
+            with conn.cursor() as cur:
+                yield cur
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
         finally:
             conn.close()
 

@@ -88,21 +88,13 @@ class MetaStore:
     def _next_version(self):
         """Lock the head row and yield (cursor, head + 1, zone ids by name); on success move
         the head and commit, on any error roll everything back. Publishers serialise here."""
-        conn = self.meta.connect(autocommit=False)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT version FROM head WHERE id = 1 FOR UPDATE")
-                version = int(cur.fetchone()[0]) + 1
-                cur.execute("SELECT name, zone_id FROM zones")
-                zone_ids = {name: int(zid) for name, zid in cur.fetchall()}
-                yield cur, version, zone_ids
-                cur.execute("UPDATE head SET version = %s WHERE id = 1", (version,))
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-        finally:
-            conn.close()
+        with self.meta.transaction() as cur:
+            cur.execute("SELECT version FROM head WHERE id = 1 FOR UPDATE")
+            version = int(cur.fetchone()[0]) + 1
+            cur.execute("SELECT name, zone_id FROM zones")
+            zone_ids = {name: int(zid) for name, zid in cur.fetchall()}
+            yield cur, version, zone_ids
+            cur.execute("UPDATE head SET version = %s WHERE id = 1", (version,))
 
     def head(self) -> int:
         conn = self.connect()

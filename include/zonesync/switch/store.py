@@ -179,28 +179,20 @@ class SwitchStore:
         Taken under the head-row lock that every rules publisher also takes, so two
         preflights cannot both see the ZSIDs free. Idempotent for the same holder.
         """
-        conn = self.meta.connect(autocommit=False)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT version FROM head WHERE id = 1 FOR UPDATE")
-                cur.execute("SELECT holder, kind, zsid_lo, zsid_hi FROM zsid_leases WHERE holder <> %s", (holder,))
-                for other, other_kind, lo, hi in cur.fetchall():
-                    clash = overlaps(spans, [(int(lo), int(hi))])
-                    if clash:
-                        raise LeaseConflict(
-                            f"ZSIDs {format_zsids(clash)} are held by {other_kind} {other}: wait for it to finish, "
-                            "or pick other ZSIDs"
-                        )
-                cur.executemany(
-                    "INSERT IGNORE INTO zsid_leases (holder, kind, zsid_lo, zsid_hi) VALUES (%s, %s, %s, %s)",
-                    [(holder, kind, lo, hi) for lo, hi in spans],
-                )
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-        finally:
-            conn.close()
+        with self.meta.transaction() as cur:
+            cur.execute("SELECT version FROM head WHERE id = 1 FOR UPDATE")
+            cur.execute("SELECT holder, kind, zsid_lo, zsid_hi FROM zsid_leases WHERE holder <> %s", (holder,))
+            for other, other_kind, lo, hi in cur.fetchall():
+                clash = overlaps(spans, [(int(lo), int(hi))])
+                if clash:
+                    raise LeaseConflict(
+                        f"ZSIDs {format_zsids(clash)} are held by {other_kind} {other}: wait for it to finish, "
+                        "or pick other ZSIDs"
+                    )
+            cur.executemany(
+                "INSERT IGNORE INTO zsid_leases (holder, kind, zsid_lo, zsid_hi) VALUES (%s, %s, %s, %s)",
+                [(holder, kind, lo, hi) for lo, hi in spans],
+            )
 
     def release_lease(self, holder: str) -> None:
         self.meta.run("DELETE FROM zsid_leases WHERE holder = %s", (holder,))
