@@ -39,42 +39,44 @@ class ZoneSyncedSensor(BaseSensorOperator):
         self.meta_conn_id = meta_conn_id
         self.deferrable = deferrable
         self.inline_s = inline_s
+        self._ctx = None
 
-    def _step(self, context, status: str | None, detail: str = ""):
-        ctx = switch_context(context, self.meta_conn_id)
+    @staticmethod
+    def _step(ctx, status: str | None, detail: str = "") -> None:
         store = SwitchStore(ctx.meta)
         sw = store.require(ctx.run_id)
         if status is None:
             store.step_started(sw.id, "wait_sync")
         else:
             store.step_finished(sw.id, "wait_sync", status, detail)
-        return ctx
 
-    def _fail(self, context, behind: list[str], waited: float):
+    def _fail(self, ctx, behind: list[str], waited: float):
         detail = (
-            f"zones {', '.join(behind)} did not apply zone {context['params']['from_zone']}'s stream up to P "
+            f"zones {', '.join(behind)} did not apply zone {ctx.params.from_zone}'s stream up to P "
             f"within {waited:.0f} s: is their applier running? (`zonesync lag`)"
         )
-        self._step(context, "failed", detail)
+        self._step(ctx, "failed", detail)
         raise SyncTimeout(detail)
 
     def poke(self, context) -> bool:
-        ctx = switch_context(context, self.meta_conn_id)
-        return not behind_zones(ctx)
+        # execute() resolved the connections once; poking does not resolve them again
+        if self._ctx is None:
+            self._ctx = switch_context(context, self.meta_conn_id)
+        return not behind_zones(self._ctx)
 
     def execute(self, context):
-        ctx = switch_context(context, self.meta_conn_id)
+        ctx = self._ctx = switch_context(context, self.meta_conn_id)
         try:
             position = run_step(ctx, "sync_position")
         except SwitchError as exc:  # a refusal; a meta store blip is retried instead
             raise AirflowFailException(f"sync_position: {exc}") from exc
         self.log.info("sync position P = %s:%s", *position)
-        self._step(context, None)
+        self._step(ctx, None)
         timeout_s = float(context["params"]["sync_timeout_s"])
         started = time.monotonic()
         while time.monotonic() - started < min(self.inline_s, timeout_s):
             if not behind_zones(ctx):
-                self._step(context, "ok", f"synced after {time.monotonic() - started:.2f} s (in the worker)")
+                self._step(ctx, "ok", f"synced after {time.monotonic() - started:.2f} s (in the worker)")
                 return True
             time.sleep(0.02)
         if not self.deferrable:
@@ -83,9 +85,9 @@ class ZoneSyncedSensor(BaseSensorOperator):
                 super().execute(context)
             except Exception as exc:
                 if "timed out" in str(exc).lower() or type(exc).__name__ == "AirflowSensorTimeout":
-                    self._fail(context, behind_zones(ctx), timeout_s)
+                    self._fail(ctx, behind_zones(ctx), timeout_s)
                 raise
-            self._step(context, "ok", "synced")
+            self._step(ctx, "ok", "synced")
             return True
         self.defer(
             trigger=ZoneSyncedTrigger(
@@ -102,7 +104,8 @@ class ZoneSyncedSensor(BaseSensorOperator):
 
     def execute_complete(self, context, event: dict | None = None):
         event = event or {}
+        ctx = switch_context(context, self.meta_conn_id)
         if event.get("status") == "synced":
-            self._step(context, "ok", f"synced after {event.get('waited_s', 0):.1f} s")
+            self._step(ctx, "ok", f"synced after {event.get('waited_s', 0):.1f} s")
             return True
-        self._fail(context, event.get("behind", ["?"]), float(event.get("waited_s", 0)))
+        self._fail(ctx, event.get("behind", ["?"]), float(event.get("waited_s", 0)))
