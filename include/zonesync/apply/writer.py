@@ -89,9 +89,6 @@ class ZoneWriter:
             self._pks[table] = pk
         return self._pks[table]
 
-    def apply(self, source_zone: str, partition: int, events: list[ChangeEvent], last_offset: int) -> BatchResult:
-        return self.apply_many([(source_zone, events)], [(source_zone, partition, events[-1].lsn, last_offset)])
-
     def apply_many(
         self, changes: list[tuple[str, list[ChangeEvent]]], positions: list[tuple[str, int, int, int]]
     ) -> BatchResult:
