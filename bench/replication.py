@@ -236,6 +236,19 @@ class Zonesync:
             procs.stop(self.cfg.run_dir, name)
 
 
+def _catch_up_both(native, zs, src, target, position, expected: int) -> tuple[float, float]:
+    """(native, zonesync) catch-up rates over the same binlog range, one pipeline after the other."""
+    base = _count(native.inst)
+    native.follow(src, position)
+    native_rate = _catch_up_rate(native.inst, expected, base)
+    native.stop()
+    base = _count(target)
+    zs.follow(position)
+    zs_rate = _catch_up_rate(target, expected, base)
+    zs.stop()
+    return native_rate, zs_rate
+
+
 def run(env: BenchEnv) -> list[Row]:
     dev_env.up_meta(env.cfg)
     dev_env.up_zone_bookkeeping(env.cfg)
@@ -252,14 +265,7 @@ def run(env: BenchEnv) -> list[Row]:
             # bulk
             p0 = _position(a)
             _write_bulk(a, 1, BULK_ROWS, 100)
-            base = _count(native.inst)
-            native.follow(a, p0)
-            native_bulk = _catch_up_rate(native.inst, BULK_ROWS, base)
-            native.stop()
-            base = _count(b)
-            zs.follow(p0)
-            zs_bulk = _catch_up_rate(b, BULK_ROWS, base)
-            zs.stop()
+            native_bulk, zs_bulk = _catch_up_both(native, zs, a, b, p0, BULK_ROWS)
             rows.append(
                 Row(
                     "apply: 200k rows in 100-row txns",
@@ -272,16 +278,8 @@ def run(env: BenchEnv) -> list[Row]:
             )
             # single-row transactions
             p1 = _position(a)
-            base = 10_000_000
-            _write_bulk(a, base, SINGLE_TXNS, 1)
-            base = _count(native.inst)
-            native.follow(a, p1)
-            native_single = _catch_up_rate(native.inst, SINGLE_TXNS, base)
-            native.stop()
-            base = _count(b)
-            zs.follow(p1)
-            zs_single = _catch_up_rate(b, SINGLE_TXNS, base)
-            zs.stop()
+            _write_bulk(a, 10_000_000, SINGLE_TXNS, 1)
+            native_single, zs_single = _catch_up_both(native, zs, a, b, p1, SINGLE_TXNS)
             rows.append(
                 Row(
                     "apply: 60k single-row txns",
