@@ -235,7 +235,11 @@ class Applier:
         committed in every worker, so rows of a heavier table (a child) never land
         before the lighter ones (its parent) of the same round.
         """
-        levels = sorted({self.table_weights.get(e.table, 0) for share in shares for _, ch in share for e, _ in ch})
+        weights = self.table_weights
+        # without weights every table is level 0: no need to look at each event for it
+        levels = [0]
+        if weights:
+            levels = sorted({weights.get(e.table, 0) for share in shares for _, ch in share for e, _ in ch})
         for i, level in enumerate(levels):
             last = i == len(levels) - 1
             futures = []
@@ -244,8 +248,7 @@ class Applier:
                     changes = [(key[0], [e for e, _ in chain]) for key, chain in share]
                 else:
                     changes = [
-                        (key[0], [e for e, _ in chain if self.table_weights.get(e.table, 0) == level])
-                        for key, chain in share
+                        (key[0], [e for e, _ in chain if weights.get(e.table, 0) == level]) for key, chain in share
                     ]
                     changes = [c for c in changes if c[1]]
                 positions = [(key[0], key[1], chain[-1][0].lsn, chain[-1][1]) for key, chain in share] if last else []
