@@ -175,7 +175,7 @@ def preflight(ctx: SwitchContext) -> Switch:
     p = ctx.params
     store = ctx.store
     req = plan.SwitchRequest.parse(p.zsids, p.from_zone, p.to_zone, p.reason)
-    sw = store.create(ctx.run_id, req, p.actor)
+    sw = store.require(ctx.run_id)  # run_step made the row, to record this step in it
     if sw.status != RUNNING:
         raise SwitchError(f"switch {ctx.run_id} already ended ({sw.status}): start a new run")
     _, head = _head(ctx.meta)
