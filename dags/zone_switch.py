@@ -4,18 +4,25 @@ Seed 000 "Zone 切换": BLOCK -> RESHARDING -> wait for sync -> ACTIVE, each pus
 acked by every guard of both zones. The steps live in zonesync.switch.steps;
 this file only wires them:
 
-    preflight >> record_state >> block >> reshard >> wait_sync >> activate >> verify
+    preflight >> record_state >> [block, reshard, wait_sync, activate]
+    activate >> verify
     [block, reshard, wait_sync] >> rollback   (one_failed)
 
-wait_sync takes the sync position P itself (zonesync.switch.steps.sync_position)
-and then waits: every task boundary inside the write-blocked window costs a
-task start, so the window spans only reshard, wait_sync and activate.
+The protocol order inside the write-blocked window, block -> reshard ->
+wait_sync -> activate, is kept by gates (zonesync.switch.gate), not by task
+dependencies: the four tasks start together, and each waits for the stamp its
+predecessor writes in meta when it is done (BLOCK acked, T, synced). A task
+start costs a second or more on a busy machine; as dependencies, three of them
+would fall inside the window. A gated task whose predecessor has not started
+reschedules itself instead of holding a worker slot; one whose predecessor
+ended without its stamp is skipped (activate fails, so the run ends failed).
+wait_sync takes the sync position P itself (zonesync.switch.steps.sync_position).
 
 rollback runs only when a step before the point of no return failed for good
 (a refusal or an ack timeout fails at once; a crash is retried first); it
-restores the recorded owner and the run still ends failed, because verify (a
-leaf) is then upstream_failed. activate retries many
-times and is never rolled back. Trigger it from the UI form, the REST API, or
+restores the recorded owner and the run still ends failed: activate's gate
+closes and fails it, so verify (a leaf) is upstream_failed. Once past its gate,
+activate retries many times and is never rolled back. Trigger it from the UI form, the REST API, or
 `zonesync switch --zsids 0-99 --from a --to b --reason ...`.
 """
 
@@ -77,11 +84,16 @@ with DAG(
 ) as dag:
     preflight = ZoneSwitchPreflightOperator(task_id="preflight")
     record_state = ZoneSwitchRecordStateOperator(task_id="record_state")
-    block = ZoneSwitchBlockOperator(task_id="block")
-    reshard = ZoneSwitchReshardOperator(task_id="reshard")
-    wait_sync = ZoneSyncedSensor(task_id="wait_sync")
+    # Queued in protocol order when worker slots are short: a gated task's predecessor goes first.
+    window = {"weight_rule": "absolute"}
+    block = ZoneSwitchBlockOperator(task_id="block", priority_weight=4, **window)
+    reshard = ZoneSwitchReshardOperator(task_id="reshard", after="block", priority_weight=3, **window)
+    wait_sync = ZoneSyncedSensor(task_id="wait_sync", after="reshard", priority_weight=2, **window)
     activate = ZoneSwitchActivateOperator(
         task_id="activate",
+        after="wait_sync",
+        priority_weight=1,
+        **window,
         retries=30,
         retry_delay=timedelta(seconds=1),
         retry_exponential_backoff=2.0,
@@ -92,5 +104,6 @@ with DAG(
         task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=5, retry_delay=timedelta(seconds=2)
     )
 
-    preflight >> record_state >> block >> reshard >> wait_sync >> activate >> verify
+    preflight >> record_state >> [block, reshard, wait_sync, activate]
+    activate >> verify
     [block, reshard, wait_sync] >> rollback

@@ -68,7 +68,9 @@ def cmd_switch(args) -> int:
         return 0
 
     def show(task_id: str, state: str) -> None:
-        if state not in ("none", "scheduled", "queued"):
+        # reshard, wait_sync and activate start with block and wait at their gates (docs/switch.md):
+        # one rescheduled because its predecessor had no worker yet is not news
+        if state not in ("none", "scheduled", "queued", "up_for_reschedule"):
             print(f"  {task_id:<14} {state}", flush=True)
 
     state = api.follow(DAG_ID, run_id, timeout=args.timeout, on_change=show)

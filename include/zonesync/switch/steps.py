@@ -299,8 +299,8 @@ def block(ctx: SwitchContext) -> int:
 
 def reshard(ctx: SwitchContext) -> int:
     sw = _running(ctx)
-    if sw.block_version is None:
-        raise SwitchError("block has not run: RESHARDING may only follow an acked BLOCK")
+    if sw.block_acked_at is None:
+        raise SwitchError("block has not completed: RESHARDING may only follow a BLOCK every instance acked")
     req = sw.request
     version = _publish_once(ctx, "reshard_version", lambda head: plan.resharding(head, req), "RESHARDING")
     wait_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s, unhealthy_too=True)
@@ -339,24 +339,77 @@ def sync_position(ctx: SwitchContext) -> tuple[str, int]:
     return sw.sync_file, int(sw.sync_pos)
 
 
+class SyncProbe:
+    """Which zones have not yet applied from_zone's stream up to P, asked again and again.
+
+    The wait_sync sensor asks every 20 ms. Each answer needs P, the LSNs per
+    partition that cover P (the first replicator checkpoint at or past it) and
+    every other zone's apply_state. P and those LSNs never change once known,
+    so they are read once; the zones' connections stay open between polls (a
+    connection per poll would cost the zones and the meta store a few hundred
+    connects a second, on the cores the appliers being waited for run on).
+    """
+
+    def __init__(self, ctx: SwitchContext):
+        self.ctx = ctx
+        self.position: tuple[str, int] | None = None
+        self.needed: dict[int, int] | None = None
+        self.zones: list[str] | None = None
+        self.conns: dict[str, object] = {}
+
+    def behind(self) -> list[str]:
+        """Zones still behind P (empty: synced, and synced_at is stamped)."""
+        from zonesync.apply.progress import applied_lsns, targets_reached
+
+        ctx = self.ctx
+        if self.position is None:
+            sw = ctx.store.require(ctx.run_id)
+            if sw.sync_file is None:
+                raise SwitchError("sync_position has not run: there is no P to wait for")
+            self.position = (sw.sync_file, int(sw.sync_pos))
+            self.zones = sorted(set(MetaStore(ctx.meta).zones()) - {ctx.params.from_zone})
+        if self.needed is None:
+            self.needed = targets_reached(ctx.meta, ctx.params.from_zone, self.position)
+            if self.needed is None:  # P not captured yet: every zone is behind
+                return list(self.zones)
+        behind = []
+        for zone in self.zones:
+            try:
+                conn = self.conns.get(zone) or self.conns.setdefault(zone, ctx.zone_conn(zone))
+                have = applied_lsns(conn, ctx.params.from_zone)
+            except pymysql.err.Error:
+                self._drop(zone)  # reconnect at the next poll; behind meanwhile
+                behind.append(zone)
+                continue
+            if not all(have.get(p, 0) >= lsn for p, lsn in self.needed.items()):
+                behind.append(zone)
+        if not behind:
+            ctx.store.stamp_once(ctx.run_id, "synced_at")
+        return behind
+
+    def _drop(self, zone: str) -> None:
+        conn = self.conns.pop(zone, None)
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+
+    def close(self) -> None:
+        for zone in list(self.conns):
+            self._drop(zone)
+
+    def __enter__(self) -> SyncProbe:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def behind_zones(ctx: SwitchContext) -> list[str]:
     """Zones that have not yet applied from_zone's stream up to P (empty: synced)."""
-    from zonesync.apply.progress import is_applied
-
-    sw = ctx.store.require(ctx.run_id)
-    if sw.sync_file is None:
-        raise SwitchError("sync_position has not run: there is no P to wait for")
-    behind = []
-    for zone in sorted(set(MetaStore(ctx.meta).zones()) - {ctx.params.from_zone}):
-        conn = ctx.zone_conn(zone)
-        try:
-            if not is_applied(ctx.meta, conn, ctx.params.from_zone, (sw.sync_file, int(sw.sync_pos))):
-                behind.append(zone)
-        finally:
-            conn.close()
-    if not behind:
-        ctx.store.stamp_once(ctx.run_id, "synced_at")
-    return behind
+    with SyncProbe(ctx) as probe:
+        return probe.behind()
 
 
 def activate(ctx: SwitchContext) -> int:

@@ -9,10 +9,13 @@ trigger rule in the DAG, never a callback here.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
 from zonesync.meta.guards import AckTimeout, UnhealthyGuards
+from zonesync.switch.gate import GateClosed, GateNotReady, wait_gate
 from zonesync.switch.plan import SwitchPlanError
 from zonesync.switch.steps import SwitchContext, SwitchError, SwitchParams, run_step
 from zonesync.switch.store import LeaseConflict
@@ -42,6 +45,31 @@ def switch_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync
     )
 
 
+def pass_gate(operator: BaseOperator, context, ctx: SwitchContext, step: str, after: str | None, closed=None) -> None:
+    """Wait for the stamp of the task `after` (zonesync.switch.gate) before running `step`.
+
+    The DAG starts the tasks inside the write-blocked window together, so none
+    of them pays a task start inside it. Not started yet: reschedule in a
+    second, freeing the worker slot. Ended without its stamp (failed, skipped,
+    rolled back): `closed` (skip by default; rollback is the other branch).
+    """
+    if after is None:
+        return
+    ti, run_id = context["ti"], context["dag_run"].run_id
+
+    def predecessor_state():
+        return ti.get_task_states(dag_id=ti.dag_id, task_ids=[after], run_ids=[run_id]).get(run_id, {}).get(after)
+
+    try:
+        waited = wait_gate(ctx.store, ctx.run_id, step, predecessor_state)
+    except GateNotReady as exc:
+        operator.log.info("%s; rescheduled", exc)
+        raise AirflowRescheduleException(datetime.now(UTC) + timedelta(seconds=1)) from exc
+    except GateClosed as exc:
+        raise (closed or AirflowSkipException)(str(exc)) from exc
+    operator.log.info("%s: %s done after %.3f s here", step, after, waited)
+
+
 class ZoneSwitchStepOperator(BaseOperator):
     """Runs one step of the zone switch protocol.
 
@@ -56,13 +84,19 @@ class ZoneSwitchStepOperator(BaseOperator):
     ui_color = "#e8f1fb"
     final_errors: tuple[type[BaseException], ...] = (SwitchPlanError, LeaseConflict, SwitchError, UnhealthyGuards)
 
-    def __init__(self, *, meta_conn_id: str = "zonesync_meta", **kwargs) -> None:
+    gate_closed: type[BaseException] = AirflowSkipException
+
+    def __init__(self, *, meta_conn_id: str = "zonesync_meta", after: str | None = None, **kwargs) -> None:
+        """`after`: the task whose stamp this step waits for, when the DAG starts both together."""
         super().__init__(**kwargs)
         self.meta_conn_id = meta_conn_id
+        self.after = after
 
     def run_step(self, context):
+        ctx = switch_context(context, self.meta_conn_id)
+        pass_gate(self, context, ctx, self.step, self.after, self.gate_closed)
         try:
-            return run_step(switch_context(context, self.meta_conn_id), self.step)
+            return run_step(ctx, self.step)
         except self.final_errors as exc:
             raise AirflowFailException(f"{self.step}: {exc}") from exc
 
@@ -103,6 +137,7 @@ class ZoneSwitchActivateOperator(ZoneSwitchStepOperator):
     step = "activate"
     ui_color = "#e8fbe9"
     final_errors = ()
+    gate_closed = AirflowFailException  # not activated: the run must end failed, verify upstream_failed
 
 
 class ZoneSwitchVerifyOperator(ZoneSwitchStepOperator):

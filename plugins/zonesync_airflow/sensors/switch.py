@@ -1,6 +1,7 @@
 """ZoneSyncedSensor: the wait_sync step of the zone switch.
 
-First it takes P (steps.sync_position: the margin after the BLOCK acks, then
+Started together with reshard, it first waits for T (zonesync.switch.gate).
+Then it takes P (steps.sync_position: the margin after the BLOCK acks, then
 from_zone's binlog position, recorded once). Then it succeeds once every zone
 has applied from_zone's stream up to P; it fails when `sync_timeout_s` passes
 first, naming the zones still behind, which sends the run to rollback (S000-30,
@@ -18,9 +19,9 @@ from datetime import timedelta
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from zonesync.switch.steps import SwitchError, behind_zones, run_step
+from zonesync.switch.steps import SwitchError, SyncProbe, behind_zones, run_step
 from zonesync.switch.store import SwitchStore
-from zonesync_airflow.operators.switch import switch_context
+from zonesync_airflow.operators.switch import pass_gate, switch_context
 from zonesync_airflow.triggers.switch import ZoneSyncedTrigger
 
 
@@ -32,11 +33,19 @@ class ZoneSyncedSensor(BaseSensorOperator):
     ui_color = "#f0e8fb"
 
     def __init__(
-        self, *, meta_conn_id: str = "zonesync_meta", deferrable: bool = True, inline_s: float = 5.0, **kwargs
+        self,
+        *,
+        meta_conn_id: str = "zonesync_meta",
+        after: str | None = None,
+        deferrable: bool = True,
+        inline_s: float = 5.0,
+        **kwargs,
     ) -> None:
+        """`after`: the task whose stamp (T) this one waits for, when the DAG starts both together."""
         kwargs.setdefault("poke_interval", 0.2)
         super().__init__(**kwargs)
         self.meta_conn_id = meta_conn_id
+        self.after = after
         self.deferrable = deferrable
         self.inline_s = inline_s
         self._ctx = None
@@ -66,6 +75,7 @@ class ZoneSyncedSensor(BaseSensorOperator):
 
     def execute(self, context):
         ctx = self._ctx = switch_context(context, self.meta_conn_id)
+        pass_gate(self, context, ctx, "sync_position", self.after)
         try:
             position = run_step(ctx, "sync_position")
         except SwitchError as exc:  # a refusal; a meta store blip is retried instead
@@ -74,11 +84,12 @@ class ZoneSyncedSensor(BaseSensorOperator):
         self._step(ctx, None)
         timeout_s = float(context["params"]["sync_timeout_s"])
         started = time.monotonic()
-        while time.monotonic() - started < min(self.inline_s, timeout_s):
-            if not behind_zones(ctx):
-                self._step(ctx, "ok", f"synced after {time.monotonic() - started:.2f} s (in the worker)")
-                return True
-            time.sleep(0.02)
+        with SyncProbe(ctx) as probe:  # P, its LSNs and the zones' connections, once for every poll
+            while time.monotonic() - started < min(self.inline_s, timeout_s):
+                if not probe.behind():
+                    self._step(ctx, "ok", f"synced after {time.monotonic() - started:.2f} s (in the worker)")
+                    return True
+                time.sleep(0.02)
         if not self.deferrable:
             self.timeout = timeout_s
             try:

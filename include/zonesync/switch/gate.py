@@ -1,0 +1,170 @@
+"""Gates: a step inside the write-blocked window waits for its predecessor's stamp.
+
+The window of a switch runs from the BLOCK push to the ACTIVE acks, and the
+steps inside it (reshard, sync_position/wait_sync, activate) take tens of
+milliseconds each. Starting each one only after the previous one finished
+costs a whole task start per step on an orchestrator such as Airflow (a second
+or more on a busy machine), three of them inside the window. So the DAG starts
+those tasks together with block, and each one first waits here for the stamp
+its predecessor writes in the switch row when it is done:
+
+    reshard        waits for block_acked_at   (every instance acked BLOCK)
+    sync_position  waits for resharding_at    (T: every instance acked RESHARDING)
+    activate       waits for synced_at        (every zone applied up to P)
+
+The stamps are the protocol's own preconditions, checked again by each step, so
+starting early never lets a step act before its predecessor is complete: the
+gate only moves the waiting from the scheduler into the step. Safety does not
+rest on the ordering at all (publishes are compare-and-swap on the rules
+version; activate and rollback claim the phase exclusively).
+
+Failure cases the gate handles:
+- the predecessor failed for good, or the switch was rolled back or ended:
+  GateClosed, the step must not run (its task is skipped, activate's fails so
+  the run ends failed);
+- the predecessor has not started (not scheduled yet, or waiting for a worker
+  slot, or an orchestrator that runs ready tasks one at a time, like Airflow's
+  dag.test()): GateNotReady, so the caller frees its worker and comes back
+  later instead of holding a slot the predecessor may need;
+- the predecessor crashed and is being retried, or defers: keep waiting, the
+  stamp is written by whichever attempt completes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pymysql
+
+from zonesync.switch.store import RUNNING, SwitchStore
+
+# step -> (the stamp it needs, the step that writes it)
+GATES: dict[str, tuple[str, str]] = {
+    "reshard": ("block_acked_at", "block"),
+    "sync_position": ("resharding_at", "reshard"),
+    "activate": ("synced_at", "wait_sync"),
+}
+
+GATE_STAMPS = frozenset(stamp for stamp, _ in GATES.values())
+
+# Predecessor task states (Airflow's names) in which it will never write the stamp now.
+ENDED = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
+# ... and those in which it is not running and may be waiting for the slot we hold.
+NOT_STARTED = frozenset({None, "none", "scheduled", "up_for_reschedule"})
+
+
+class GateClosed(Exception):
+    """The predecessor ended without its stamp, or the switch ended: this step must not run."""
+
+
+class GateNotReady(Exception):
+    """The predecessor has not started: come back later rather than hold a worker."""
+
+
+class _Poller:
+    """The gate's reads on one meta connection, kept open while it waits.
+
+    A connection per read (MetaConfig.run) would cost the meta store about a
+    hundred connects a second per waiting task, on the same cores as the zones
+    and the replication that the wait_sync step is waiting for.
+    """
+
+    def __init__(self, store: SwitchStore, run_id: str, stamp: str):
+        if stamp not in GATE_STAMPS:
+            raise ValueError(f"not a gate stamp: {stamp}")
+        self.store, self.run_id, self.stamp = store, run_id, stamp
+        self.conn = None
+
+    def _query(self, sql: str, args) -> list[tuple]:
+        for attempt in (1, 2):  # one reconnect: the meta store restarted, a connection timed out
+            try:
+                if self.conn is None:
+                    self.conn = self.store.meta.connect()
+                with self.conn.cursor() as cur:
+                    cur.execute(sql, args)
+                    return list(cur.fetchall())
+            except pymysql.err.OperationalError:
+                self.close()
+                if attempt == 2:
+                    raise
+        return []
+
+    def switch(self) -> tuple[bool, str, str, int]:
+        """(stamped, status, phase, switch id)."""
+        rows = self._query(
+            f"SELECT {self.stamp} IS NOT NULL, status, phase, id FROM switches WHERE run_id = %s", (self.run_id,)
+        )
+        if not rows:
+            raise GateClosed(f"no switch {self.run_id}: preflight did not run")
+        stamped, status, phase, switch_id = rows[0]
+        return bool(stamped), status, phase, int(switch_id)
+
+    def failed_attempt(self, switch_id: int, step: str):
+        rows = self._query(
+            "SELECT attempt, finished_at FROM switch_steps WHERE switch_id = %s AND step = %s AND status = 'failed'",
+            (switch_id, step),
+        )
+        return tuple(rows[0]) if rows else None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+            self.conn = None
+
+
+def wait_gate(
+    store: SwitchStore,
+    run_id: str,
+    step: str,
+    predecessor_state: Callable[[], str | None],
+    poll_s: float = 0.01,
+    state_every_s: float = 10.0,
+) -> float:
+    """Return once the predecessor's stamp is in the switch row; the seconds waited.
+
+    The orchestrator is asked for the predecessor's state once on entry: not
+    started sends the step away at once, ended without the stamp closes the
+    gate. From then on the wait reads the meta store only, every `poll_s` (the
+    stamp, the switch's status and phase, the predecessor step's record), and
+    asks the orchestrator again only when that record says the predecessor
+    failed (for good, or to be retried?) and every `state_every_s` as a
+    backstop. Under load one such call can take seconds (Airflow's API server
+    stalls now and then), so none is made while a predecessor that started runs
+    normally to its stamp.
+    """
+    if step not in GATES:
+        return 0.0
+    stamp, predecessor = GATES[step]
+    pred_step = "sync_position" if predecessor == "wait_sync" else predecessor  # the sensor's first step
+    poller = _Poller(store, run_id, stamp)
+    started = time.monotonic()
+    next_check, next_look, failed_seen = started, started, None
+    try:
+        while True:
+            stamped, status, phase, switch_id = poller.switch()
+            if stamped:
+                return time.monotonic() - started
+            if status != RUNNING or phase == "rolling_back":
+                raise GateClosed(f"{step} not run: the switch is {status} ({phase}); {predecessor} did not complete")
+            now = time.monotonic()
+            if now >= next_look:  # a failed attempt of the predecessor: is it final? ask now, once per attempt
+                failed = poller.failed_attempt(switch_id, pred_step)
+                if failed and failed != failed_seen:
+                    failed_seen, next_check = failed, now
+                next_look = now + 0.1
+            if now >= next_check:
+                state = predecessor_state()
+                if poller.switch()[0]:  # stamped, then ended, while we asked
+                    return time.monotonic() - started
+                if state in ENDED:
+                    raise GateClosed(f"{step} not run: {predecessor} ended {state} without {stamp}")
+                if state in NOT_STARTED:
+                    raise GateNotReady(f"{step} waits for {predecessor}, which has not started ({state})")
+                next_check = time.monotonic() + state_every_s
+            time.sleep(poll_s)
+    finally:
+        poller.close()
