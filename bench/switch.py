@@ -108,7 +108,9 @@ def _timeline(meta, run_id: str) -> str:
             continue
         gap = (s["started_at"] - prev_end).total_seconds() if prev_end else 0.0
         took = (s["finished_at"] - s["started_at"]).total_seconds()
-        out.append(f"+{gap:.2f} {s['step']} {took:.2f}")
+        detail = s["detail"] or ""
+        note = f" [{detail.split('(')[1].split(';')[0]}]" if s["step"] == "wait_sync" and "capture" in detail else ""
+        out.append(f"+{gap:.2f} {s['step']} {took:.2f}{note}")
         prev_end = s["finished_at"]
     return " | ".join(out)
 

@@ -71,7 +71,7 @@ def test_unacked_block_rolls_back_and_the_run_fails(ready, guard_env, meta, zone
     proc, instance = guard_process.spawn(meta, zones, "b", 0.3)
     try:
         original = MetaStore(meta).rules_at()[1].to_doc()
-        # frozen right after preflight saw it healthy: block's push is never acked
+        # frozen as block starts, still healthy by its last heartbeat: block's push is never acked
         freezer = threading.Thread(target=_freeze_when_blocking, args=(meta, proc), daemon=True)
         freezer.start()
         run = dag.test(run_conf={**CONF, "ack_timeout_s": 1.0})
@@ -91,14 +91,36 @@ def test_unacked_block_rolls_back_and_the_run_fails(ready, guard_env, meta, zone
         proc.wait()
 
 
+def _last_switch(meta) -> int:
+    rows, _ = meta.run("SELECT COALESCE(MAX(id), 0) FROM switches")
+    return int(rows[0][0])
+
+
 def _freeze_when_blocking(meta, proc) -> None:
+    last_switch = _last_switch(meta)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        rows, _ = meta.run("SELECT COUNT(*) FROM switch_steps WHERE step = 'record_state' AND status = 'ok'")
+        # the DAG starts block with the gated tasks in any order (dag.test()): wait for this run's block
+        rows, _ = meta.run("SELECT COUNT(*) FROM switch_steps WHERE step = 'block' AND switch_id > %s", (last_switch,))
         if rows[0][0]:
             os.kill(proc.pid, signal.SIGSTOP)
             return
-        time.sleep(0.01)
+        time.sleep(0.005)
+
+
+def _restart_applier_after_inline_wait(meta, cluster) -> None:
+    """Start applier-b 6 s after wait_sync began waiting: past the sensor's 5 s in the worker."""
+    last_switch = _last_switch(meta)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # this run's switch only: earlier tests' runs have one too
+        rows, _ = meta.run(
+            "SELECT COUNT(*) FROM switch_steps WHERE step = 'wait_sync' AND switch_id > %s", (last_switch,)
+        )
+        if rows[0][0]:
+            break
+        time.sleep(0.05)
+    time.sleep(6.0)
+    cluster.start(which=("applier",), zones=("b",))
 
 
 def test_wait_sync_defers_until_the_applier_catches_up(ready, guard_env, meta, dag):
@@ -107,12 +129,12 @@ def test_wait_sync_defers_until_the_applier_catches_up(ready, guard_env, meta, d
     ready.stop("applier-b")
     with ga.transaction() as tx:  # something b must apply before it reaches P
         tx.insert("tenants", {"tenant_id": 300, "name": "behind"})
-    timer = threading.Timer(8.0, lambda: ready.start(which=("applier",), zones=("b",)))  # past inline_s
-    timer.start()
+    restarter = threading.Thread(target=_restart_applier_after_inline_wait, args=(meta, ready), daemon=True)
+    restarter.start()
     try:
         run = dag.test(run_conf={**CONF, "max_txn_ms": 100, "lag_threshold_s": 60})
     finally:
-        timer.join()
+        restarter.join(90)
     assert run.state == "success", _states(run)
     sw = SwitchStore(meta).require(run.run_id)
     wait = next(s for s in SwitchStore(meta).steps(sw.id) if s["step"] == "wait_sync")

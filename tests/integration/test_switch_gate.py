@@ -37,23 +37,45 @@ class States:
         return self.states[min(self.calls, len(self.states)) - 1]
 
 
-def test_a_step_started_early_goes_on_the_moment_the_stamp_lands(switch):
+def _gate_row(meta, run_id: str, task: str):
+    rows, _ = meta.run(
+        "SELECT g.passed_at IS NOT NULL, g.left_at IS NOT NULL FROM switch_gates g JOIN switches s "
+        "ON s.id = g.switch_id WHERE s.run_id = %s AND g.task = %s",
+        (run_id, task),
+    )
+    return rows[0] if rows else None
+
+
+def test_a_step_started_early_goes_on_the_moment_the_stamp_lands(switch, meta):
     store, run_id = switch
+    store.step_started(store.require(run_id).id, "block")  # block is running
     threading.Timer(0.3, store.stamp_once, (run_id, "block_acked_at")).start()
     states = States("queued")
     started = time.monotonic()
-    waited = wait_gate(store, run_id, "reshard", states)
+    waited = wait_gate(store, run_id, "reshard", states, grace_s=0.1)
     assert 0.25 <= waited <= time.monotonic() - started < 1.0
-    assert states.calls == 1  # asked on entry only: the wait itself reads meta
+    assert states.calls == 0  # meta showed block running: the orchestrator was not asked
+    assert _gate_row(meta, run_id, "reshard") == (1, 0)  # passed
 
 
-def test_a_predecessor_that_has_not_started_sends_the_step_away_at_once(switch):
+def test_a_predecessor_at_its_own_gate_counts_as_started(switch):
+    store, run_id = switch
+    sw_id = store.require(run_id).id
+    store.meta.run("INSERT INTO switch_gates (switch_id, task) VALUES (%s, 'reshard')", (sw_id,))
+    threading.Timer(0.6, store.stamp_once, (run_id, "resharding_at")).start()
+    states = States("scheduled")  # would send the step away if it were asked
+    assert wait_gate(store, run_id, "sync_position", states, grace_s=0.1) >= 0.55
+    assert states.calls == 0
+
+
+def test_a_predecessor_that_has_not_started_sends_the_step_away(switch, meta):
     store, run_id = switch
     for state in (None, "scheduled", "up_for_reschedule"):
         started = time.monotonic()
         with pytest.raises(GateNotReady, match="block"):
-            wait_gate(store, run_id, "reshard", States(state))
-        assert time.monotonic() - started < 0.5
+            wait_gate(store, run_id, "reshard", States(state), grace_s=0.2)
+        assert 0.2 <= time.monotonic() - started < 1.0  # asked once the grace was over
+    assert _gate_row(meta, run_id, "reshard") == (0, 1)  # left without passing: not a started task
 
 
 def test_a_failed_attempt_in_meta_makes_the_gate_ask_at_once(switch):
@@ -63,7 +85,7 @@ def test_a_failed_attempt_in_meta_makes_the_gate_ask_at_once(switch):
     threading.Timer(0.3, store.step_finished, (sw_id, "block", "failed", "AckTimeout")).start()
     started = time.monotonic()
     with pytest.raises(GateClosed, match="block ended failed"):
-        wait_gate(store, run_id, "reshard", States("running", "failed"), state_every_s=600)
+        wait_gate(store, run_id, "reshard", States("failed"), state_every_s=600)
     assert time.monotonic() - started < 1.5
 
 
@@ -71,7 +93,7 @@ def test_a_predecessor_retrying_or_deferred_is_waited_for(switch):
     store, run_id = switch
     threading.Timer(0.4, store.stamp_once, (run_id, "synced_at")).start()
     states = States("running", "up_for_retry", "queued", "running", "deferred")
-    assert wait_gate(store, run_id, "activate", states, state_every_s=0.05) >= 0.35
+    assert wait_gate(store, run_id, "activate", states, grace_s=0.05, state_every_s=0.05) >= 0.35
     assert states.calls >= 3
 
 
@@ -79,7 +101,7 @@ def test_a_predecessor_retrying_or_deferred_is_waited_for(switch):
 def test_a_predecessor_that_ended_without_its_stamp_closes_the_gate(switch, state):
     store, run_id = switch
     with pytest.raises(GateClosed, match=f"block ended {state} without block_acked_at"):
-        wait_gate(store, run_id, "reshard", States("running", state), state_every_s=0.05)
+        wait_gate(store, run_id, "reshard", States("running", state), grace_s=0.05, state_every_s=0.05)
 
 
 def test_a_stamp_written_just_before_the_predecessor_ended_opens_the_gate(switch):
@@ -90,7 +112,7 @@ def test_a_stamp_written_just_before_the_predecessor_ended_opens_the_gate(switch
         store.stamp_once(run_id, "synced_at")
         return ended()
 
-    assert wait_gate(store, run_id, "activate", stamp_then_end) < 0.5
+    assert wait_gate(store, run_id, "activate", stamp_then_end, grace_s=0) < 0.5
     assert ended.calls == 1
 
 

@@ -47,6 +47,7 @@ GATES: dict[str, tuple[str, str]] = {
 }
 
 GATE_STAMPS = frozenset(stamp for stamp, _ in GATES.values())
+TASKS = {"reshard": "reshard", "sync_position": "wait_sync", "activate": "activate"}  # the task a gate belongs to
 
 # Predecessor task states (Airflow's names) in which it will never write the stamp now.
 ENDED = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
@@ -100,12 +101,28 @@ class _Poller:
         stamped, status, phase, switch_id = rows[0]
         return bool(stamped), status, phase, int(switch_id)
 
-    def failed_attempt(self, switch_id: int, step: str):
+    def enter(self, switch_id: int, task: str) -> None:
+        self._query(
+            "INSERT INTO switch_gates (switch_id, task) VALUES (%s, %s) ON DUPLICATE KEY UPDATE "
+            "entered_at = NOW(6), passed_at = NULL, left_at = NULL",
+            (switch_id, task),
+        )
+
+    def leave(self, switch_id: int, task: str, passed: bool) -> None:
+        column = "passed_at" if passed else "left_at"
+        self._query(f"UPDATE switch_gates SET {column} = NOW(6) WHERE switch_id = %s AND task = %s", (switch_id, task))
+
+    def predecessor(self, switch_id: int, task: str, step: str) -> tuple[bool, tuple | None]:
+        """(has it started: at its gate or past it, its last failed attempt if its step record says failed)."""
+        at_gate = self._query(
+            "SELECT 1 FROM switch_gates WHERE switch_id = %s AND task = %s AND left_at IS NULL", (switch_id, task)
+        )
         rows = self._query(
-            "SELECT attempt, finished_at FROM switch_steps WHERE switch_id = %s AND step = %s AND status = 'failed'",
+            "SELECT status, attempt, finished_at FROM switch_steps WHERE switch_id = %s AND step = %s",
             (switch_id, step),
         )
-        return tuple(rows[0]) if rows else None
+        failed = tuple(rows[0][1:]) if rows and rows[0][0] == "failed" else None
+        return bool(at_gate or rows), failed
 
     def close(self) -> None:
         if self.conn is not None:
@@ -122,49 +139,67 @@ def wait_gate(
     step: str,
     predecessor_state: Callable[[], str | None],
     poll_s: float = 0.01,
+    grace_s: float = 1.0,
     state_every_s: float = 10.0,
 ) -> float:
     """Return once the predecessor's stamp is in the switch row; the seconds waited.
 
-    The orchestrator is asked for the predecessor's state once on entry: not
-    started sends the step away at once, ended without the stamp closes the
-    gate. From then on the wait reads the meta store only, every `poll_s` (the
-    stamp, the switch's status and phase, the predecessor step's record), and
-    asks the orchestrator again only when that record says the predecessor
-    failed (for good, or to be retried?) and every `state_every_s` as a
-    backstop. Under load one such call can take seconds (Airflow's API server
-    stalls now and then), so none is made while a predecessor that started runs
-    normally to its stamp.
+    The wait reads the meta store, every `poll_s`: the stamp, the switch's
+    status and phase, and whether the predecessor has started (it is at its own
+    gate, or its step has a record). The orchestrator is asked for the
+    predecessor's task state only when meta cannot tell: when the predecessor
+    has not started after `grace_s` (waiting for a worker slot? or dag.test(),
+    which runs one task at a time?), when its step record shows a failed attempt
+    (final, or retried?), and every `state_every_s` as a backstop. Under load one
+    such call can take seconds (Airflow's API server stalls now and then), so
+    none is made while a predecessor that started runs normally to its stamp.
     """
     if step not in GATES:
         return 0.0
     stamp, predecessor = GATES[step]
+    me = TASKS[step]
     pred_step = "sync_position" if predecessor == "wait_sync" else predecessor  # the sensor's first step
     poller = _Poller(store, run_id, stamp)
     started = time.monotonic()
-    next_check, next_look, failed_seen = started, started, None
+    next_check, next_look, failed_seen, present, passed = started + grace_s, started, None, False, False
+    switch_id, entered = None, False
     try:
         while True:
             stamped, status, phase, switch_id = poller.switch()
             if stamped:
+                passed = True
                 return time.monotonic() - started
             if status != RUNNING or phase == "rolling_back":
                 raise GateClosed(f"{step} not run: the switch is {status} ({phase}); {predecessor} did not complete")
+            if not entered:
+                poller.enter(switch_id, me)  # tells our own successor we have started
+                entered = True
             now = time.monotonic()
-            if now >= next_look:  # a failed attempt of the predecessor: is it final? ask now, once per attempt
-                failed = poller.failed_attempt(switch_id, pred_step)
-                if failed and failed != failed_seen:
+            if now >= next_look:
+                was_present = present
+                present, failed = poller.predecessor(switch_id, predecessor, pred_step)
+                if present and not was_present:
+                    next_check = max(next_check, now + state_every_s)  # started: meta tells the rest
+                elif was_present and not present:  # it left its gate without passing: rescheduled?
+                    next_check = min(next_check, now + grace_s)
+                if failed and failed != failed_seen:  # a failed attempt: final? ask now, once per attempt
                     failed_seen, next_check = failed, now
                 next_look = now + 0.1
             if now >= next_check:
                 state = predecessor_state()
                 if poller.switch()[0]:  # stamped, then ended, while we asked
+                    passed = True
                     return time.monotonic() - started
                 if state in ENDED:
                     raise GateClosed(f"{step} not run: {predecessor} ended {state} without {stamp}")
                 if state in NOT_STARTED:
                     raise GateNotReady(f"{step} waits for {predecessor}, which has not started ({state})")
-                next_check = time.monotonic() + state_every_s
+                next_check = time.monotonic() + (state_every_s if present else grace_s)
             time.sleep(poll_s)
     finally:
+        if switch_id is not None:
+            try:
+                poller.leave(switch_id, me, passed)
+            except pymysql.err.Error:
+                pass  # a stale row only makes a successor ask the orchestrator after its backstop
         poller.close()

@@ -356,6 +356,8 @@ class SyncProbe:
         self.needed: dict[int, int] | None = None
         self.zones: list[str] | None = None
         self.conns: dict[str, object] = {}
+        self.started = time.monotonic()
+        self.captured_after: float | None = None  # seconds until a checkpoint covered P
 
     def behind(self) -> list[str]:
         """Zones still behind P (empty: synced, and synced_at is stamped)."""
@@ -372,6 +374,7 @@ class SyncProbe:
             self.needed = targets_reached(ctx.meta, ctx.params.from_zone, self.position)
             if self.needed is None:  # P not captured yet: every zone is behind
                 return list(self.zones)
+            self.captured_after = time.monotonic() - self.started
         behind = []
         for zone in self.zones:
             try:

@@ -25,6 +25,19 @@ class ZoneEndpoint:
     user: str
     password: str
 
+    def connect(self):
+        """A new autocommit DB-API connection to the zone's app database."""
+        import pymysql
+
+        return pymysql.connect(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            database=self.database,
+            autocommit=True,
+        )
+
     def jdbc_url(self) -> str:
         # jdbc:mysql:// with the MariaDB Connector/J jar: jdbc:mariadb:// makes Spark
         # pick a dialect whose partitioned reads break.
@@ -64,9 +77,4 @@ class ZoneHook(BaseHook):
         )
 
     def get_conn(self):
-        import pymysql
-
-        ep = self.endpoint()
-        return pymysql.connect(
-            host=ep.host, port=ep.port, user=ep.user, password=ep.password, database=ep.database, autocommit=True
-        )
+        return self.endpoint().connect()

@@ -15,12 +15,35 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
 from zonesync.meta.guards import AckTimeout, UnhealthyGuards
+from zonesync.meta.store import MetaStore
 from zonesync.switch.gate import GateClosed, GateNotReady, wait_gate
 from zonesync.switch.plan import SwitchPlanError
 from zonesync.switch.steps import SwitchContext, SwitchError, SwitchParams, run_step
 from zonesync.switch.store import LeaseConflict
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 from zonesync_airflow.hooks.zone import ZoneHook
+
+
+class ZoneConnections:
+    """Zone name -> a new DB-API connection, the Airflow connection looked up once per zone.
+
+    A lookup is a call to Airflow's API server, which under load sometimes answers
+    after seconds; steps inside the write-blocked window open zone connections
+    (P, the sync checks), so the lookups are made before (`resolve`), not there.
+    """
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.endpoints: dict[str, object] = {}
+
+    def resolve(self, zones) -> None:
+        for zone in zones:
+            if zone not in self.endpoints:
+                self.endpoints[zone] = ZoneHook(zone_conn_id=f"{self.prefix}{zone}").endpoint()
+
+    def __call__(self, zone: str):
+        self.resolve([zone])
+        return self.endpoints[zone].connect()
 
 
 def switch_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_zone_") -> SwitchContext:
@@ -41,7 +64,7 @@ def switch_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync
             sync_timeout_s=float(params["sync_timeout_s"]),
             actor=str(actor),
         ),
-        zone_conn=lambda zone: ZoneHook(zone_conn_id=f"{zone_conn_prefix}{zone}").get_conn(),
+        zone_conn=ZoneConnections(zone_conn_prefix),
     )
 
 
@@ -55,6 +78,8 @@ def pass_gate(operator: BaseOperator, context, ctx: SwitchContext, step: str, af
     """
     if after is None:
         return
+    if isinstance(ctx.zone_conn, ZoneConnections):  # every zone the step may open, looked up before the window
+        ctx.zone_conn.resolve(MetaStore(ctx.meta).zones())
     ti, run_id = context["ti"], context["dag_run"].run_id
 
     def predecessor_state():

@@ -87,7 +87,9 @@ class ZoneSyncedSensor(BaseSensorOperator):
         with SyncProbe(ctx) as probe:  # P, its LSNs and the zones' connections, once for every poll
             while time.monotonic() - started < min(self.inline_s, timeout_s):
                 if not probe.behind():
-                    self._step(ctx, "ok", f"synced after {time.monotonic() - started:.2f} s (in the worker)")
+                    took = time.monotonic() - started
+                    captured = probe.captured_after
+                    self._step(ctx, "ok", f"synced after {took:.2f} s ({captured:.2f} s to capture P; in the worker)")
                     return True
                 time.sleep(0.02)
         if not self.deferrable:
