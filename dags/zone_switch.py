@@ -101,7 +101,12 @@ with DAG(
     )
     verify = ZoneSwitchVerifyOperator(task_id="verify")
     rollback = ZoneSwitchRollbackOperator(
-        task_id="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=5, retry_delay=timedelta(seconds=2)
+        task_id="rollback",
+        trigger_rule=TriggerRule.ONE_FAILED,
+        retries=5,
+        retry_delay=timedelta(seconds=2),
+        priority_weight=5,  # before any window task of any run: the ZSIDs are blocked until it ends
+        weight_rule="absolute",
     )
 
     preflight >> record_state >> [block, reshard, wait_sync, activate]

@@ -72,7 +72,7 @@ def test_unacked_block_rolls_back_and_the_run_fails(ready, guard_env, meta, zone
     try:
         original = MetaStore(meta).rules_at()[1].to_doc()
         # frozen as block starts, still healthy by its last heartbeat: block's push is never acked
-        freezer = threading.Thread(target=_freeze_when_blocking, args=(meta, proc), daemon=True)
+        freezer = threading.Thread(target=_freeze_when_blocking, args=(meta, proc, _last_switch(meta)), daemon=True)
         freezer.start()
         run = dag.test(run_conf={**CONF, "ack_timeout_s": 1.0})
         states = _states(run)
@@ -96,8 +96,7 @@ def _last_switch(meta) -> int:
     return int(rows[0][0])
 
 
-def _freeze_when_blocking(meta, proc) -> None:
-    last_switch = _last_switch(meta)
+def _freeze_when_blocking(meta, proc, last_switch: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         # the DAG starts block with the gated tasks in any order (dag.test()): wait for this run's block
@@ -108,9 +107,8 @@ def _freeze_when_blocking(meta, proc) -> None:
         time.sleep(0.005)
 
 
-def _restart_applier_after_inline_wait(meta, cluster) -> None:
+def _restart_applier_after_inline_wait(meta, cluster, last_switch: int) -> None:
     """Start applier-b 6 s after wait_sync began waiting: past the sensor's 5 s in the worker."""
-    last_switch = _last_switch(meta)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # this run's switch only: earlier tests' runs have one too
         rows, _ = meta.run(
@@ -129,7 +127,9 @@ def test_wait_sync_defers_until_the_applier_catches_up(ready, guard_env, meta, d
     ready.stop("applier-b")
     with ga.transaction() as tx:  # something b must apply before it reaches P
         tx.insert("tenants", {"tenant_id": 300, "name": "behind"})
-    restarter = threading.Thread(target=_restart_applier_after_inline_wait, args=(meta, ready), daemon=True)
+    restarter = threading.Thread(
+        target=_restart_applier_after_inline_wait, args=(meta, ready, _last_switch(meta)), daemon=True
+    )
     restarter.start()
     try:
         run = dag.test(run_conf={**CONF, "max_txn_ms": 100, "lag_threshold_s": 60})

@@ -84,17 +84,26 @@ def test_a_failed_attempt_in_meta_makes_the_gate_ask_at_once(switch):
     store.step_started(sw_id, "block")
     threading.Timer(0.3, store.step_finished, (sw_id, "block", "failed", "AckTimeout")).start()
     started = time.monotonic()
+    # as in Airflow: the step records its failure before the task ends, so the first answer is "running"
+    states = States("running", "failed")
     with pytest.raises(GateClosed, match="block ended failed"):
-        wait_gate(store, run_id, "reshard", States("failed"), state_every_s=600)
-    assert time.monotonic() - started < 1.5
+        wait_gate(store, run_id, "reshard", states, grace_s=0.3, state_every_s=600)
+    assert time.monotonic() - started < 2.0 and states.calls == 2
 
 
 def test_a_predecessor_retrying_or_deferred_is_waited_for(switch):
     store, run_id = switch
     threading.Timer(0.4, store.stamp_once, (run_id, "synced_at")).start()
-    states = States("running", "up_for_retry", "queued", "running", "deferred")
+    states = States("running", "up_for_retry", "queued", "running")
     assert wait_gate(store, run_id, "activate", states, grace_s=0.05, state_every_s=0.05) >= 0.35
     assert states.calls >= 3
+
+
+def test_a_deferred_predecessor_sends_the_step_away_for_longer(switch):
+    store, run_id = switch
+    with pytest.raises(GateNotReady, match="deferred") as refused:
+        wait_gate(store, run_id, "activate", States("deferred"), grace_s=0.05)
+    assert refused.value.retry_in_s > 1.0  # wait_sync defers only when the wait is long
 
 
 @pytest.mark.parametrize("state", ["failed", "upstream_failed", "skipped"])
@@ -114,6 +123,14 @@ def test_a_stamp_written_just_before_the_predecessor_ended_opens_the_gate(switch
 
     assert wait_gate(store, run_id, "activate", stamp_then_end, grace_s=0) < 0.5
     assert ended.calls == 1
+
+
+def test_a_rollback_closes_a_gate_even_when_the_stamp_is_there(switch):
+    store, run_id = switch
+    store.stamp_once(run_id, "synced_at")  # e.g. a wait_sync that timed out as the zones caught up
+    store.claim_phase(run_id, "rolling_back")
+    with pytest.raises(GateClosed, match="rolling_back"):
+        wait_gate(store, run_id, "activate", States("failed"))
 
 
 def test_a_rollback_closes_every_gate_even_while_the_predecessor_runs(switch):

@@ -396,6 +396,24 @@ def test_activate_and_rollback_exclude_each_other(switching, guard_env, meta, zo
     assert SwitchStore(meta).require(ctx.run_id).active_version is None
 
 
+@pytest.mark.parametrize("late", ["block", "reshard"])
+def test_a_stage_published_after_a_rollback_claimed_the_switch_is_refused(switching, guard_env, meta, zones, late):
+    """block and reshard start with the gated tasks, so a rollback (a gated task failed) can
+    claim the switch while one of them is still running: its push must not land afterwards."""
+    guard_env("a", period=0.2), guard_env("b", period=0.2)
+    ctx = context(meta, zones)
+    for step in ("preflight", "record_state", "block", "reshard")[: 2 if late == "block" else 3]:
+        steps.run_step(ctx, step)
+    head = MetaStore(meta).head()
+    assert SwitchStore(meta).claim_phase(ctx.run_id, "rolling_back")  # the rollback task got there first
+    with pytest.raises(steps.RollbackStarted, match=f"{late} is not published"):
+        steps.run_step(ctx, late)
+    assert MetaStore(meta).head() == head  # nothing published after the claim
+    outcome = steps.run_step(ctx, "rollback")
+    assert _owner(meta, 5) == ("a", "ACTIVE"), outcome
+    assert SwitchStore(meta).leases() == []
+
+
 def test_replicator_down_during_wait_sync_never_activates(switching, cluster, guard_env, meta, zones):
     """S000-31: P comes from a's MySQL, not from its replicator, so b cannot reach it."""
     ga = guard_env("a", period=0.2)

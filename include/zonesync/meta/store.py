@@ -14,6 +14,7 @@ import getpass
 import json
 import os
 import socket
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -114,13 +115,16 @@ class MetaStore:
         require_writable: bool = True,
         based_on: int | None = None,
         lease_holder: str | None = None,
+        precondition: Callable | None = None,
     ) -> int:
         """Check and store `rules` as the next version; return the version number.
 
         Under the head-row lock: with `based_on`, refuse (RulesChanged) when the newest
         rules version is no longer the one the caller computed `rules` from, so a stale
         read can never overwrite a concurrent change; and refuse any change to ZSIDs
-        leased to a switch other than `lease_holder`.
+        leased to a switch other than `lease_holder`. `precondition(cursor)` runs in the
+        same transaction and may lock and check the caller's own rows, raising to refuse
+        (a zone switch checks that no rollback has claimed it).
         """
         if not reason or not reason.strip():
             raise MetaError("a reason is required for every rules change: pass --reason '...'")
@@ -133,6 +137,8 @@ class MetaStore:
                 raise RulesChanged(f"rules moved from version {based_on} to {newest[0] if newest else 0} meanwhile")
             if newest is not None:
                 _check_leases(cur, parse(json.loads(newest[1]), "head"), rules, lease_holder)
+            if precondition is not None:
+                precondition(cur)
             doc = json.dumps(rules.to_doc(), sort_keys=True)
             cur.execute(
                 "INSERT INTO versions (version, kind, author, reason, rule_set) VALUES (%s, 'rules', %s, %s, %s)",

@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 import pymysql
 
+from zonesync.meta.db import MetaError
 from zonesync.switch.store import RUNNING, SwitchStore
 
 # step -> (the stamp it needs, the step that writes it)
@@ -60,7 +61,11 @@ class GateClosed(Exception):
 
 
 class GateNotReady(Exception):
-    """The predecessor has not started: come back later rather than hold a worker."""
+    """The predecessor has not started (or waits long, deferred): come back later rather than hold a worker."""
+
+    def __init__(self, message: str, retry_in_s: float = 1.0):
+        super().__init__(message)
+        self.retry_in_s = retry_in_s
 
 
 class _Poller:
@@ -85,7 +90,7 @@ class _Poller:
                 with self.conn.cursor() as cur:
                     cur.execute(sql, args)
                     return list(cur.fetchall())
-            except pymysql.err.OperationalError:
+            except (pymysql.err.OperationalError, MetaError):
                 self.close()
                 if attempt == 2:
                     raise
@@ -112,16 +117,17 @@ class _Poller:
         column = "passed_at" if passed else "left_at"
         self._query(f"UPDATE switch_gates SET {column} = NOW(6) WHERE switch_id = %s AND task = %s", (switch_id, task))
 
-    def predecessor(self, switch_id: int, task: str, step: str) -> tuple[bool, tuple | None]:
-        """(has it started: at its gate or past it, its last failed attempt if its step record says failed)."""
+    def predecessor(self, switch_id: int, task: str, steps: tuple[str, ...]) -> tuple[bool, tuple | None]:
+        """(has it started: at its gate or past it, its last failed attempt if a step record of it says failed)."""
         at_gate = self._query(
             "SELECT 1 FROM switch_gates WHERE switch_id = %s AND task = %s AND left_at IS NULL", (switch_id, task)
         )
+        marks = ", ".join(["%s"] * len(steps))
         rows = self._query(
-            "SELECT status, attempt, finished_at FROM switch_steps WHERE switch_id = %s AND step = %s",
-            (switch_id, step),
+            f"SELECT step, status, attempt, finished_at FROM switch_steps WHERE switch_id = %s AND step IN ({marks})",
+            (switch_id, *steps),
         )
-        failed = tuple(rows[0][1:]) if rows and rows[0][0] == "failed" else None
+        failed = next((tuple(r) for r in rows if r[1] == "failed"), None)
         return bool(at_gate or rows), failed
 
     def close(self) -> None:
@@ -158,48 +164,54 @@ def wait_gate(
         return 0.0
     stamp, predecessor = GATES[step]
     me = TASKS[step]
-    pred_step = "sync_position" if predecessor == "wait_sync" else predecessor  # the sensor's first step
+    # the wait_sync sensor records two steps: P (sync_position), then the wait itself
+    pred_steps = ("sync_position", "wait_sync") if predecessor == "wait_sync" else (predecessor,)
     poller = _Poller(store, run_id, stamp)
     started = time.monotonic()
     next_check, next_look, failed_seen, present, passed = started + grace_s, started, None, False, False
-    switch_id, entered = None, False
+    switch_id, entered, failed_now = None, False, None
     try:
         while True:
             stamped, status, phase, switch_id = poller.switch()
+            if status != RUNNING or phase == "rolling_back":  # before the stamp: a rollback wins over it
+                raise GateClosed(f"{step} not run: the switch is {status} ({phase}); {predecessor} did not complete")
             if stamped:
                 passed = True
                 return time.monotonic() - started
-            if status != RUNNING or phase == "rolling_back":
-                raise GateClosed(f"{step} not run: the switch is {status} ({phase}); {predecessor} did not complete")
             if not entered:
                 poller.enter(switch_id, me)  # tells our own successor we have started
                 entered = True
             now = time.monotonic()
             if now >= next_look:
                 was_present = present
-                present, failed = poller.predecessor(switch_id, predecessor, pred_step)
+                present, failed_now = poller.predecessor(switch_id, predecessor, pred_steps)
                 if present and not was_present:
                     next_check = max(next_check, now + state_every_s)  # started: meta tells the rest
                 elif was_present and not present:  # it left its gate without passing: rescheduled?
                     next_check = min(next_check, now + grace_s)
-                if failed and failed != failed_seen:  # a failed attempt: final? ask now, once per attempt
-                    failed_seen, next_check = failed, now
+                if failed_now and failed_now != failed_seen:  # a failed attempt: final? ask now, once per attempt
+                    failed_seen, next_check = failed_now, now
                 next_look = now + 0.1
             if now >= next_check:
                 state = predecessor_state()
-                if poller.switch()[0]:  # stamped, then ended, while we asked
+                stamped, status, phase, _ = poller.switch()
+                if stamped and status == RUNNING and phase != "rolling_back":  # stamped, then ended, meanwhile
                     passed = True
                     return time.monotonic() - started
                 if state in ENDED:
                     raise GateClosed(f"{step} not run: {predecessor} ended {state} without {stamp}")
                 if state in NOT_STARTED:
                     raise GateNotReady(f"{step} waits for {predecessor}, which has not started ({state})")
-                next_check = time.monotonic() + (state_every_s if present else grace_s)
+                if state == "deferred":  # a long wait (wait_sync past its time in the worker): free the slot
+                    raise GateNotReady(f"{step} waits for {predecessor}, which is deferred", retry_in_s=5.0)
+                # the step record said failed but the task is not over yet: final or retried? ask again soon
+                soon = failed_now is not None and state in ("running", "queued")
+                next_check = time.monotonic() + (state_every_s if present and not soon else grace_s)
             time.sleep(poll_s)
     finally:
         if switch_id is not None:
             try:
                 poller.leave(switch_id, me, passed)
-            except pymysql.err.Error:
-                pass  # a stale row only makes a successor ask the orchestrator after its backstop
+            except Exception:  # noqa: BLE001 - a stale row only makes a successor ask the orchestrator later
+                pass
         poller.close()

@@ -62,6 +62,30 @@ class SwitchError(MetaError):
     """A step cannot go on; the message says why and what to do."""
 
 
+class RollbackStarted(SwitchError):
+    """A rollback claimed this switch: no stage but the rollback's may be published any more."""
+
+
+# What the switch row must say while a stage is published (checked under the rules
+# head lock, with the row locked, so a rollback's phase claim waits for the publish
+# or the publish sees the claim): block and reshard only while nobody rolls back,
+# activate only once it claimed the point of no return.
+PHASE_FOR = {"block_version": "running", "reshard_version": "running", "active_version": "activating"}
+
+
+def _still_ours(run_id: str, field: str) -> Callable:
+    def check(cur) -> None:
+        cur.execute("SELECT status, phase FROM switches WHERE run_id = %s FOR UPDATE", (run_id,))
+        row = cur.fetchone()
+        status, phase = row if row else (None, None)
+        if status != RUNNING or phase != PHASE_FOR[field]:
+            raise RollbackStarted(
+                f"switch {run_id} is {status} ({phase}): {field.removesuffix('_version')} is not published"
+            )
+
+    return check
+
+
 @dataclass(frozen=True)
 class SwitchParams:
     zsids: str
@@ -161,6 +185,7 @@ def _publish_once(ctx: SwitchContext, field: str, make: Callable[[RuleSet], Rule
                 require_writable=False,
                 based_on=head_version,
                 lease_holder=ctx.run_id,
+                precondition=_still_ours(ctx.run_id, field) if field in PHASE_FOR else None,
             )
             break
         except RulesChanged:
@@ -420,7 +445,7 @@ def activate(ctx: SwitchContext) -> int:
     if sw.synced_at is None:
         raise SwitchError("wait_sync has not seen every zone reach P: activating now could lose writes")
     if not ctx.store.claim_phase(ctx.run_id, "activating"):
-        raise SwitchError("rollback has started for this switch: it is never activated afterwards")
+        raise RollbackStarted("rollback has started for this switch: it is never activated afterwards")
     req = sw.request
     version = _publish_once(ctx, "active_version", lambda head: plan.activated(head, req), "ACTIVE")
     wait_acks(ctx.meta, version, ctx.zones, ctx.params.ack_timeout_s)  # healthy instances; retried on timeout
@@ -469,6 +494,9 @@ def rollback(ctx: SwitchContext) -> str:
         return sw.detail or "rolled back"
     if not store.claim_phase(ctx.run_id, "rolling_back"):
         return "not rolled back: activate has started (past the point of no return)"
+    # Read again: block may have stamped and published between the first read and the
+    # claim (it starts alongside the gated steps). No stage but ours is published now.
+    sw = store.require(ctx.run_id)
     if sw.blocked_at is None:  # stamped before block's push: nothing was published
         store.finish(ctx.run_id, FAILED, f"refused before any push: {why}")
         store.release_lease(ctx.run_id)

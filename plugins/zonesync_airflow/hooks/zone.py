@@ -36,6 +36,9 @@ class ZoneEndpoint:
             password=self.password,
             database=self.database,
             autocommit=True,
+            connect_timeout=5,
+            read_timeout=30,  # a half-open connection after a failover must not hang a sensor's poll
+            write_timeout=30,
         )
 
     def jdbc_url(self) -> str:

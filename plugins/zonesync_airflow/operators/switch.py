@@ -15,10 +15,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
 from zonesync.meta.guards import AckTimeout, UnhealthyGuards
-from zonesync.meta.store import MetaStore
 from zonesync.switch.gate import GateClosed, GateNotReady, wait_gate
 from zonesync.switch.plan import SwitchPlanError
-from zonesync.switch.steps import SwitchContext, SwitchError, SwitchParams, run_step
+from zonesync.switch.steps import RollbackStarted, SwitchContext, SwitchError, SwitchParams, run_step
 from zonesync.switch.store import LeaseConflict
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 from zonesync_airflow.hooks.zone import ZoneHook
@@ -78,8 +77,6 @@ def pass_gate(operator: BaseOperator, context, ctx: SwitchContext, step: str, af
     """
     if after is None:
         return
-    if isinstance(ctx.zone_conn, ZoneConnections):  # every zone the step may open, looked up before the window
-        ctx.zone_conn.resolve(MetaStore(ctx.meta).zones())
     ti, run_id = context["ti"], context["dag_run"].run_id
 
     def predecessor_state():
@@ -88,8 +85,8 @@ def pass_gate(operator: BaseOperator, context, ctx: SwitchContext, step: str, af
     try:
         waited = wait_gate(ctx.store, ctx.run_id, step, predecessor_state)
     except GateNotReady as exc:
-        operator.log.info("%s; rescheduled", exc)
-        raise AirflowRescheduleException(datetime.now(UTC) + timedelta(seconds=1)) from exc
+        operator.log.info("%s; rescheduled in %.0f s", exc, exc.retry_in_s)
+        raise AirflowRescheduleException(datetime.now(UTC) + timedelta(seconds=exc.retry_in_s)) from exc
     except GateClosed as exc:
         raise (closed or AirflowSkipException)(str(exc)) from exc
     operator.log.info("%s: %s done after %.3f s here", step, after, waited)
@@ -157,11 +154,11 @@ class ZoneSwitchReshardOperator(ZoneSwitchStepOperator):
 
 
 class ZoneSwitchActivateOperator(ZoneSwitchStepOperator):
-    """Past the point of no return: every failure is retried (S000-32), none is final."""
+    """Past the point of no return: every failure is retried (S000-32); only losing the claim to a rollback is final."""
 
     step = "activate"
     ui_color = "#e8fbe9"
-    final_errors = ()
+    final_errors = (RollbackStarted,)  # lost the phase claim to a rollback: retrying cannot change that
     gate_closed = AirflowFailException  # not activated: the run must end failed, verify upstream_failed
 
 

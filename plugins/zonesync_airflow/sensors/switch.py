@@ -19,6 +19,7 @@ from datetime import timedelta
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from zonesync.meta.store import MetaStore
 from zonesync.switch.steps import SwitchError, SyncProbe, behind_zones, run_step
 from zonesync.switch.store import SwitchStore
 from zonesync_airflow.operators.switch import pass_gate, switch_context
@@ -75,6 +76,9 @@ class ZoneSyncedSensor(BaseSensorOperator):
 
     def execute(self, context):
         ctx = self._ctx = switch_context(context, self.meta_conn_id)
+        # every zone this task opens, looked up now: a lookup inside the window can wait seconds on a
+        # supervisor blocked in a heartbeat to a stalled API server (it masks the password through it)
+        ctx.zone_conn.resolve(MetaStore(ctx.meta).zones())
         pass_gate(self, context, ctx, "sync_position", self.after)
         try:
             position = run_step(ctx, "sync_position")
