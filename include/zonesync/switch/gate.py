@@ -145,7 +145,7 @@ def wait_gate(
     step: str,
     predecessor_state: Callable[[], str | None],
     poll_s: float = 0.01,
-    grace_s: float = 1.0,
+    grace_s: float = 3.0,
     state_every_s: float = 10.0,
 ) -> float:
     """Return once the predecessor's stamp is in the switch row; the seconds waited.
