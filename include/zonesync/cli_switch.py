@@ -123,6 +123,13 @@ def _status(run_id: str) -> int:
         took_text = f"{took:7.2f} s" if took is not None else "running"
         tries = f" (attempt {s['attempt']})" if s["attempt"] > 1 else ""
         print(f"  {s['step']:<14} {s['status']:<8} {took_text}{tries}  {(s['detail'] or '')[:160]}")
+    gates = store.gates(sw.id)
+    if gates:  # started with block, each waited there for its predecessor's stamp (docs/switch.md)
+        waits = []
+        for task, took, state in gates:
+            text = "waiting" if took is None else f"{took:.2f} s"
+            waits.append(f"{task} {text}" if state == "passed" else f"{task} {text} ({state})")
+        print(f"  gate waits: {', '.join(waits)}")
     if sw.detail:
         print(f"  outcome: {sw.detail}")
     return 0 if sw.status in ("succeeded", "running") else 1

@@ -3,6 +3,7 @@ triggerer, the REST API; `switch status` and `switches` read the history in meta
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,8 @@ def test_switch_status_and_history_from_the_command_line(tmp_path):
             status = zs(env, "switch", "status", run_id)
             assert status.returncode == 0 and "succeeded" in status.stdout and "sync position P" in status.stdout
             assert "wait_sync" in status.stdout and "activate" in status.stdout
+            # the real scheduler started the window's tasks with block: each passed its gate
+            assert re.search(r"gate waits: .*activate \d+\.\d\d s", status.stdout), status.stdout
 
             # the same ZSIDs again from a: preflight refuses (b owns them), rollback has nothing to undo
             again = zs(env, "switch", "--zsids", "0-99", "--from", "a", "--to", "b", "--reason", "twice")

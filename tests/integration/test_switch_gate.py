@@ -56,6 +56,8 @@ def test_a_step_started_early_goes_on_the_moment_the_stamp_lands(switch, meta):
     assert 0.25 <= waited <= time.monotonic() - started < 1.0
     assert states.calls == 0  # meta showed block running: the orchestrator was not asked
     assert _gate_row(meta, run_id, "reshard") == (1, 0)  # passed
+    [(task, took, state)] = store.gates(store.require(run_id).id)  # what `zonesync switch status` shows
+    assert task == "reshard" and state == "passed" and 0.2 <= took < 1.0
 
 
 def test_a_predecessor_at_its_own_gate_counts_as_started(switch):

@@ -159,6 +159,16 @@ class SwitchStore:
             (status, detail[:60000], switch_id, step),
         )
 
+    def gates(self, switch_id: int) -> list[tuple[str, float | None, str]]:
+        """(task, seconds it waited at its gate or None while it waits, passed/left/waiting), in arrival order."""
+        rows, _ = self.meta.run(
+            "SELECT task, TIMESTAMPDIFF(MICROSECOND, entered_at, COALESCE(passed_at, left_at)), "
+            "CASE WHEN passed_at IS NOT NULL THEN 'passed' WHEN left_at IS NOT NULL THEN 'left' ELSE 'waiting' END "
+            "FROM switch_gates WHERE switch_id = %s ORDER BY entered_at",
+            (switch_id,),
+        )
+        return [(task, None if us is None else int(us) / 1e6, state) for task, us, state in rows]
+
     def steps(self, switch_id: int) -> list[dict]:
         rows, _ = self.meta.run(
             "SELECT step, attempt, status, started_at, finished_at, detail FROM switch_steps WHERE switch_id = %s "
