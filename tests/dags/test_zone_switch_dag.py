@@ -96,27 +96,26 @@ def _last_switch(meta) -> int:
     return int(rows[0][0])
 
 
-def _freeze_when_blocking(meta, proc, last_switch: int) -> None:
-    deadline = time.monotonic() + 60
+def _wait_for_step(meta, step: str, last_switch: int, poll: float, timeout: float = 60) -> bool:
+    """Until this run's `step` has a record; earlier tests' runs have one too, hence `last_switch`."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        # the DAG starts block with the gated tasks in any order (dag.test()): wait for this run's block
-        rows, _ = meta.run("SELECT COUNT(*) FROM switch_steps WHERE step = 'block' AND switch_id > %s", (last_switch,))
+        rows, _ = meta.run("SELECT COUNT(*) FROM switch_steps WHERE step = %s AND switch_id > %s", (step, last_switch))
         if rows[0][0]:
-            os.kill(proc.pid, signal.SIGSTOP)
-            return
-        time.sleep(0.005)
+            return True
+        time.sleep(poll)
+    return False
+
+
+def _freeze_when_blocking(meta, proc, last_switch: int) -> None:
+    # the DAG starts block with the gated tasks in any order (dag.test()): wait for this run's block
+    if _wait_for_step(meta, "block", last_switch, poll=0.005):
+        os.kill(proc.pid, signal.SIGSTOP)
 
 
 def _restart_applier_after_inline_wait(meta, cluster, last_switch: int) -> None:
     """Start applier-b 6 s after wait_sync began waiting: past the sensor's 5 s in the worker."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # this run's switch only: earlier tests' runs have one too
-        rows, _ = meta.run(
-            "SELECT COUNT(*) FROM switch_steps WHERE step = 'wait_sync' AND switch_id > %s", (last_switch,)
-        )
-        if rows[0][0]:
-            break
-        time.sleep(0.05)
+    _wait_for_step(meta, "wait_sync", last_switch, poll=0.05)
     time.sleep(6.0)
     cluster.start(which=("applier",), zones=("b",))
 

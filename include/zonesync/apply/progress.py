@@ -35,12 +35,16 @@ def applied_lsns(target_conn, source_zone: str) -> dict[int, int]:
     return {int(p): int(lsn) for p, lsn in rows}
 
 
+def covers(applied: dict[int, int], needed: dict[int, int]) -> bool:
+    """Has every partition applied at least the LSN `needed` names for it?"""
+    return all(applied.get(p, 0) >= lsn for p, lsn in needed.items())
+
+
 def is_applied(meta: MetaConfig, target_conn, source_zone: str, position: tuple[str, int]) -> bool:
     needed = targets_reached(meta, source_zone, position)
     if needed is None:
         return False
-    have = applied_lsns(target_conn, source_zone)
-    return all(have.get(p, 0) >= lsn for p, lsn in needed.items())
+    return covers(applied_lsns(target_conn, source_zone), needed)
 
 
 def wait_applied(meta: MetaConfig, target_conn, source_zone: str, position: tuple[str, int], timeout: float) -> bool:

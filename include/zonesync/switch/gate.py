@@ -34,21 +34,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pymysql
 
 from zonesync.meta.db import MetaError
 from zonesync.switch.store import RUNNING, SwitchStore
 
-# step -> (the stamp it needs, the step that writes it)
-GATES: dict[str, tuple[str, str]] = {
-    "reshard": ("block_acked_at", "block"),
-    "sync_position": ("resharding_at", "reshard"),
-    "activate": ("synced_at", "wait_sync"),
-}
 
-GATE_STAMPS = frozenset(stamp for stamp, _ in GATES.values())
-TASKS = {"reshard": "reshard", "sync_position": "wait_sync", "activate": "activate"}  # the task a gate belongs to
+@dataclass(frozen=True)
+class Gate:
+    stamp: str  # what the predecessor writes in the switch row when it is done
+    task: str  # the task this gate belongs to
+    predecessor: str  # the predecessor's task
+    records: tuple[str, ...]  # the predecessor's step records in switch_steps
+
+
+# step -> its gate. The wait_sync sensor records two steps: P (sync_position), then the wait.
+GATES: dict[str, Gate] = {
+    "reshard": Gate("block_acked_at", "reshard", "block", ("block",)),
+    "sync_position": Gate("resharding_at", "wait_sync", "reshard", ("reshard",)),
+    "activate": Gate("synced_at", "activate", "wait_sync", ("sync_position", "wait_sync")),
+}
 
 # Predecessor task states (Airflow's names) in which it will never write the stamp now.
 ENDED = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
@@ -76,11 +83,10 @@ class _Poller:
     and the replication that the wait_sync step is waiting for.
     """
 
-    def __init__(self, store: SwitchStore, run_id: str, stamp: str):
-        if stamp not in GATE_STAMPS:
-            raise ValueError(f"not a gate stamp: {stamp}")
-        self.store, self.run_id, self.stamp = store, run_id, stamp
+    def __init__(self, store: SwitchStore, run_id: str, step: str):
+        self.store, self.run_id, self.step, self.gate = store, run_id, step, GATES[step]
         self.conn = None
+        self.switch_id: int | None = None
 
     def _query(self, sql: str, args) -> list[tuple]:
         for attempt in (1, 2):  # one reconnect: the meta store restarted, a connection timed out
@@ -96,36 +102,45 @@ class _Poller:
                     raise
         return []
 
-    def switch(self) -> tuple[bool, str, str, int]:
-        """(stamped, status, phase, switch id)."""
+    def stamped(self) -> bool:
+        """Is the stamp there? GateClosed if the switch ended or a rollback claimed it: that wins over a stamp."""
         rows = self._query(
-            f"SELECT {self.stamp} IS NOT NULL, status, phase, id FROM switches WHERE run_id = %s", (self.run_id,)
+            f"SELECT {self.gate.stamp} IS NOT NULL, status, phase, id FROM switches WHERE run_id = %s", (self.run_id,)
         )
         if not rows:
             raise GateClosed(f"no switch {self.run_id}: preflight did not run")
-        stamped, status, phase, switch_id = rows[0]
-        return bool(stamped), status, phase, int(switch_id)
+        stamped, status, phase, self.switch_id = rows[0]
+        if status != RUNNING or phase == "rolling_back":
+            raise GateClosed(
+                f"{self.step} not run: the switch is {status} ({phase}); {self.gate.predecessor} did not complete"
+            )
+        return bool(stamped)
 
-    def enter(self, switch_id: int, task: str) -> None:
+    def enter(self) -> None:
         self._query(
             "INSERT INTO switch_gates (switch_id, task) VALUES (%s, %s) ON DUPLICATE KEY UPDATE "
             "entered_at = NOW(6), passed_at = NULL, left_at = NULL",
-            (switch_id, task),
+            (self.switch_id, self.gate.task),
         )
 
-    def leave(self, switch_id: int, task: str, passed: bool) -> None:
+    def leave(self, passed: bool) -> None:
         column = "passed_at" if passed else "left_at"
-        self._query(f"UPDATE switch_gates SET {column} = NOW(6) WHERE switch_id = %s AND task = %s", (switch_id, task))
+        self._query(
+            f"UPDATE switch_gates SET {column} = NOW(6) WHERE switch_id = %s AND task = %s",
+            (self.switch_id, self.gate.task),
+        )
 
-    def predecessor(self, switch_id: int, task: str, steps: tuple[str, ...]) -> tuple[bool, tuple | None]:
+    def predecessor(self) -> tuple[bool, tuple | None]:
         """(has it started: at its gate or past it, its last failed attempt if a step record of it says failed)."""
         at_gate = self._query(
-            "SELECT 1 FROM switch_gates WHERE switch_id = %s AND task = %s AND left_at IS NULL", (switch_id, task)
+            "SELECT 1 FROM switch_gates WHERE switch_id = %s AND task = %s AND left_at IS NULL",
+            (self.switch_id, self.gate.predecessor),
         )
-        marks = ", ".join(["%s"] * len(steps))
+        records = self.gate.records
+        marks = ", ".join(["%s"] * len(records))
         rows = self._query(
             f"SELECT step, status, attempt, finished_at FROM switch_steps WHERE switch_id = %s AND step IN ({marks})",
-            (switch_id, *steps),
+            (self.switch_id, *records),
         )
         failed = next((tuple(r) for r in rows if r[1] == "failed"), None)
         return bool(at_gate or rows), failed
@@ -162,29 +177,23 @@ def wait_gate(
     """
     if step not in GATES:
         return 0.0
-    stamp, predecessor = GATES[step]
-    me = TASKS[step]
-    # the wait_sync sensor records two steps: P (sync_position), then the wait itself
-    pred_steps = ("sync_position", "wait_sync") if predecessor == "wait_sync" else (predecessor,)
-    poller = _Poller(store, run_id, stamp)
+    stamp, predecessor = GATES[step].stamp, GATES[step].predecessor
+    poller = _Poller(store, run_id, step)
     started = time.monotonic()
     next_check, next_look, failed_seen, present, passed = started + grace_s, started, None, False, False
-    switch_id, entered, failed_now = None, False, None
+    entered, failed_now = False, None
     try:
         while True:
-            stamped, status, phase, switch_id = poller.switch()
-            if status != RUNNING or phase == "rolling_back":  # before the stamp: a rollback wins over it
-                raise GateClosed(f"{step} not run: the switch is {status} ({phase}); {predecessor} did not complete")
-            if stamped:
+            if poller.stamped():
                 passed = True
                 return time.monotonic() - started
             if not entered:
-                poller.enter(switch_id, me)  # tells our own successor we have started
+                poller.enter()  # tells our own successor we have started
                 entered = True
             now = time.monotonic()
             if now >= next_look:
                 was_present = present
-                present, failed_now = poller.predecessor(switch_id, predecessor, pred_steps)
+                present, failed_now = poller.predecessor()
                 if present and not was_present:
                     next_check = max(next_check, now + state_every_s)  # started: meta tells the rest
                 elif was_present and not present:  # it left its gate without passing: rescheduled?
@@ -194,8 +203,7 @@ def wait_gate(
                 next_look = now + 0.1
             if now >= next_check:
                 state = predecessor_state()
-                stamped, status, phase, _ = poller.switch()
-                if stamped and status == RUNNING and phase != "rolling_back":  # stamped, then ended, meanwhile
+                if poller.stamped():  # stamped, then ended, while we asked
                     passed = True
                     return time.monotonic() - started
                 if state in ENDED:
@@ -209,9 +217,9 @@ def wait_gate(
                 next_check = time.monotonic() + (state_every_s if present and not soon else grace_s)
             time.sleep(poll_s)
     finally:
-        if switch_id is not None:
+        if poller.switch_id is not None:
             try:
-                poller.leave(switch_id, me, passed)
+                poller.leave(passed)
             except Exception:  # noqa: BLE001 - a stale row only makes a successor ask the orchestrator later
                 pass
         poller.close()

@@ -386,7 +386,7 @@ class SyncProbe:
 
     def behind(self) -> list[str]:
         """Zones still behind P (empty: synced, and synced_at is stamped)."""
-        from zonesync.apply.progress import applied_lsns, targets_reached
+        from zonesync.apply.progress import applied_lsns, covers, targets_reached
 
         ctx = self.ctx
         if self.position is None:
@@ -409,7 +409,7 @@ class SyncProbe:
                 self._drop(zone)  # reconnect at the next poll; behind meanwhile
                 behind.append(zone)
                 continue
-            if not all(have.get(p, 0) >= lsn for p, lsn in self.needed.items()):
+            if not covers(have, self.needed):
                 behind.append(zone)
         if not behind:
             ctx.store.stamp_once(ctx.run_id, "synced_at")

@@ -26,9 +26,10 @@ from zonesync_airflow.hooks.zone import ZoneHook
 class ZoneConnections:
     """Zone name -> a new DB-API connection, the Airflow connection looked up once per zone.
 
-    A lookup is a call to Airflow's API server, which under load sometimes answers
-    after seconds; steps inside the write-blocked window open zone connections
-    (P, the sync checks), so the lookups are made before (`resolve`), not there.
+    A lookup masks the connection's password through the task's supervisor, which
+    can be blocked for seconds in a heartbeat to a stalled API server under load;
+    steps inside the write-blocked window open zone connections (P, the sync
+    checks), so a task resolves them before its gate (`resolve`), not there.
     """
 
     def __init__(self, prefix: str):
