@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 
 import pytest
 
@@ -99,6 +100,19 @@ def test_malformed_fields_are_named():
         ChangeEvent.from_json(
             good.replace('"new":{', '"nothing":{').replace('"old":null', '"new":null,"old":null').encode()
         )
+
+
+def test_event_documents_tolerate_extra_fields_and_reject_booleans():
+    e = ev(5, 0, "insert", new=row(3))
+    doc = json.loads(e.to_json())
+    del doc["is_retry"]
+    doc["added_by_a_newer_replicator"] = 1  # as many fields as ours, one of them unknown
+    assert ChangeEvent.from_json(json.dumps(doc).encode()) == e
+    doc["lsn"] = True
+    with pytest.raises(EventError, match="lsn must be an integer"):
+        ChangeEvent.from_json(json.dumps(doc).encode())
+    with pytest.raises(EventError, match="not JSON"):
+        ChangeEvent.from_json(b'{"lsn": "\xff"}')
 
 
 def test_merge_per_key():
