@@ -242,7 +242,7 @@ class Applier:
             levels = sorted({weights.get(e.table, 0) for share in shares for _, ch in share for e, _ in ch})
         for i, level in enumerate(levels):
             last = i == len(levels) - 1
-            futures = []
+            work = []
             for share in shares:
                 if len(levels) == 1:
                     changes = [(key[0], [e for e, _ in chain]) for key, chain in share]
@@ -253,8 +253,11 @@ class Applier:
                     changes = [c for c in changes if c[1]]
                 positions = [(key[0], key[1], chain[-1][0].lsn, chain[-1][1]) for key, chain in share] if last else []
                 if changes or positions:
-                    futures.append(pool.submit(self._apply_share, changes, positions))
-            for fut in futures:
+                    work.append((changes, positions))
+            if len(work) == 1:  # one worker's share (a quiet round): no hand-off to a thread
+                self._apply_share(*work[0])
+                continue
+            for fut in [pool.submit(self._apply_share, *w) for w in work]:
                 fut.result()  # re-raises: the pass restarts from apply_state
         for share in shares:
             for key, chain in share:

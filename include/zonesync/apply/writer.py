@@ -23,8 +23,10 @@ import re
 from dataclasses import dataclass, field
 
 import pymysql
+from pymysql.constants import CLIENT
 
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
+from zonesync.apply.literals import literal_function
 from zonesync.apply.merge import NetChange, merge
 from zonesync.capture.event import ChangeEvent, decode_row, encode_row, pk_text
 
@@ -62,6 +64,7 @@ class ZoneWriter:
             self.conn = pymysql.connect(
                 **self.params,
                 autocommit=False,
+                client_flag=CLIENT.MULTI_STATEMENTS,  # a transaction's writes and COMMIT in one request
                 # READ COMMITTED: no gap locks, so parallel batches inserting new keys never deadlock.
                 init_command="SET time_zone = '+00:00', skip_replication = 1, tx_isolation = 'READ-COMMITTED'",
             )
@@ -105,9 +108,7 @@ class ZoneWriter:
         for attempt in range(6):
             conn = self.connect()
             try:
-                result = self._apply(conn, changes, positions)
-                conn.commit()
-                return result
+                return self._apply(conn, changes, positions)  # commits (its last statement)
             except pymysql.err.OperationalError as exc:
                 self._rollback(conn)
                 if exc.args[0] not in (1205, 1213) or attempt == 5:
@@ -124,65 +125,70 @@ class ZoneWriter:
             self.close()
 
     def _apply(self, conn, changes, positions) -> BatchResult:
+        """Steps 1-6 in two round trips for a round of one source and table: one
+        request for the reads, one for every write, the positions and COMMIT."""
         result = BatchResult()
         by_source: dict[str, list[ChangeEvent]] = {}
         for source_zone, events in changes:
             by_source.setdefault(source_zone, []).extend(events)
+        lit = literal_function(conn)
+        writes: list[str] = []
         with conn.cursor() as cur:
             # One source at a time: a key's events from one source are in order (one
             # partition); two sources' changes of the same key are judged one after the
-            # other by their versions, the second seeing what the first wrote.
+            # other by their versions, the second seeing what the first wrote (so the
+            # writes queued so far are sent before the next reads).
             for source_zone, events in by_source.items():
                 by_table: dict[str, list[NetChange]] = {}
                 for change in merge(events):
                     by_table.setdefault(change.table, []).append(change)
                 for table, net in by_table.items():
-                    self._apply_table(cur, source_zone, table, net, result)
+                    _send(cur, writes)
+                    writes = self._apply_table(cur, lit, source_zone, table, net, result)
             if positions:
-                cur.execute(
+                writes.append(
                     "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) VALUES "
-                    + ", ".join(["(%s, %s, %s, %s)"] * len(positions))
-                    + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)",
-                    [v for pos in positions for v in pos],
+                    + ", ".join(f"({lit(s)}, {int(p)}, {int(lsn)}, {int(off)})" for s, p, lsn, off in positions)
+                    + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)"
                 )
+            writes.append("COMMIT")
+            _send(cur, writes)
         return result
 
-    def _apply_table(self, cur, source_zone: str, table: str, changes: list[NetChange], result: BatchResult) -> None:
+    def _apply_table(self, cur, lit, source_zone: str, table: str, changes: list[NetChange], result) -> list[str]:
+        """Read, decide; returns the write statements (not yet sent)."""
         pk_cols = self.primary_key(table)
         for change in changes:
             if sorted(change.pk) != sorted(pk_cols):
                 raise ApplyError(f"event for {table} keyed by {sorted(change.pk)}, but its primary key is {pk_cols}")
         keys = [tuple(decode_row(c.pk)[k] for k in pk_cols) for c in changes]
-        targets = self._read_targets(cur, table, pk_cols, keys)  # by pk text
         texts = [c.pk_text for c in changes]
-        tombstones, locks = self._bookkeeping(cur, table, texts)
+        targets, tombstones, locks = self._read(cur, lit, table, pk_cols, keys, texts)
 
+        writes: list[str] = []
         upserts: list[dict] = []
         deletes: list[tuple] = []
-        new_tombstones: list[tuple[str, str, int]] = []
-        held: list[tuple[int, str, str]] = []
+        new_tombstones: list[tuple[str, int]] = []
+        name = lit(table)
         for change, key in zip(changes, keys, strict=True):
             target = targets.get(change.pk_text)
             action = decide(change, target, tombstones.get(change.pk_text), change.pk_text in locks)
             if action.kind == SKIP:
                 result.skipped += change.events
                 if change.pk_text in locks:
-                    held.append((change.events, table, change.pk_text))
+                    writes.append(
+                        f"UPDATE zonesync.row_locks SET held_events = held_events + {change.events} "
+                        f"WHERE table_name = {name} AND pk = {lit(change.pk_text)}"
+                    )
                 continue
             if action.kind == LOCK:
                 result.locked.append((source_zone, table, change.pk_text, action.reason))
                 # the first event is the one that locked the row; merged later ones are held
-                cur.execute(
-                    "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event, held_events) "
-                    "VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE held_events = held_events + %s",
-                    (
-                        table,
-                        change.pk_text,
-                        action.reason[:500],
-                        change.first_event.to_json().decode(),
-                        change.events - 1,
-                        change.events,
-                    ),
+                writes.append(
+                    "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event, held_events) VALUES "
+                    f"({name}, {lit(change.pk_text)}, {lit(action.reason[:500])}, "
+                    f"{lit(change.first_event.to_json().decode())}, {change.events - 1}) "
+                    f"ON DUPLICATE KEY UPDATE held_events = held_events + {change.events}"
                 )
                 result.skipped += change.events
                 continue
@@ -191,72 +197,54 @@ class ZoneWriter:
                 upserts.append(decode_row(change.new))
             elif action.kind == DELETE_ROW:
                 deletes.append(key)
-                new_tombstones.append((table, change.pk_text, change.version))
+                new_tombstones.append((change.pk_text, change.version))
             elif action.kind == TOMBSTONE:
-                new_tombstones.append((table, change.pk_text, change.version))
-        for count, tbl, text in held:
-            cur.execute(
-                "UPDATE zonesync.row_locks SET held_events = held_events + %s WHERE table_name = %s AND pk = %s",
-                (count, tbl, text),
-            )
+                new_tombstones.append((change.pk_text, change.version))
         if upserts:
-            self._upsert(cur, table, upserts)
+            writes += _upserts(lit, table, upserts)
         if deletes:
-            where = " OR ".join(["(" + " AND ".join(f"{q(c)} = %s" for c in pk_cols) + ")"] * len(deletes))
-            cur.execute(f"DELETE FROM {q(table)} WHERE {where}", [v for key in deletes for v in key])
+            writes.append(f"DELETE FROM {q(table)} WHERE {_key_condition(lit, pk_cols, deletes)}")
         if new_tombstones:
-            cur.executemany(
-                "INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES (%s, %s, %s) "
-                "ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version)), deleted_at = NOW(6)",
-                new_tombstones,
+            writes.append(
+                "INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES "
+                + ", ".join(f"({name}, {lit(text)}, {int(version)})" for text, version in new_tombstones)
+                + " ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version)), deleted_at = NOW(6)"
             )
+        return writes
 
-    def _read_targets(self, cur, table, pk_cols, keys) -> dict[str, dict]:
-        out: dict[str, dict] = {}
+    def _read(self, cur, lit, table, pk_cols, keys, texts):
+        """The target rows (locked FOR UPDATE), their tombstones' versions and the held
+        counts of locked rows, by pk text: one request, a result set per statement."""
+        reads: list[str] = []
         for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            cond = " OR ".join(["(" + " AND ".join(f"{q(c)} = %s" for c in pk_cols) + ")"] * len(chunk))
-            cur.execute(f"SELECT * FROM {q(table)} WHERE {cond} FOR UPDATE", [v for k in chunk for v in k])
-            names = [d[0] for d in cur.description]
-            for row in cur.fetchall():
-                record = encode_row(dict(zip(names, row, strict=True)))
-                out[pk_text({c: record[c] for c in pk_cols})] = record
-        return out
-
-    @staticmethod
-    def _bookkeeping(cur, table: str, texts: list[str]) -> tuple[dict[str, int], dict[str, int]]:
-        """Tombstone versions and held-event counts of locked rows, in one round trip."""
+            cond = _key_condition(lit, pk_cols, keys[start : start + 500])
+            reads.append(f"SELECT * FROM {q(table)} WHERE {cond} FOR UPDATE")
+        target_sets = len(reads)
+        name = lit(table)
+        for start in range(0, len(texts), 500):
+            marks = ", ".join([lit(t) for t in texts[start : start + 500]])
+            reads.append(
+                f"SELECT 't', pk, version FROM zonesync.tombstones WHERE table_name = {name} AND pk IN ({marks}) "
+                f"UNION ALL SELECT 'l', pk, held_events FROM zonesync.row_locks WHERE table_name = {name} "
+                f"AND pk IN ({marks})"
+            )
+        targets: dict[str, dict] = {}
         tombstones: dict[str, int] = {}
         locks: dict[str, int] = {}
-        for start in range(0, len(texts), 500):
-            chunk = texts[start : start + 500]
-            marks = ", ".join(["%s"] * len(chunk))
-            cur.execute(
-                f"SELECT 't', pk, version FROM zonesync.tombstones WHERE table_name = %s AND pk IN ({marks}) "
-                f"UNION ALL SELECT 'l', pk, held_events FROM zonesync.row_locks WHERE table_name = %s "
-                f"AND pk IN ({marks})",
-                [table, *chunk, table, *chunk],
-            )
-            for kind, pk, value in cur.fetchall():
-                (tombstones if kind == "t" else locks)[pk] = int(value)
-        return tombstones, locks
-
-    @staticmethod
-    def _upsert(cur, table: str, rows: list[dict]) -> None:
-        groups: dict[tuple[str, ...], list[dict]] = {}
-        for row in rows:
-            groups.setdefault(tuple(row), []).append(row)
-        for cols, group in groups.items():
-            col_sql = ", ".join(q(c) for c in cols)
-            placeholders = "(" + ", ".join(["%s"] * len(cols)) + ")"
-            updates = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in cols)
-            for start in range(0, len(group), 500):
-                chunk = group[start : start + 500]
-                cur.execute(
-                    f"INSERT INTO {q(table)} ({col_sql}) VALUES {', '.join([placeholders] * len(chunk))} "
-                    f"ON DUPLICATE KEY UPDATE {updates}",
-                    [row[c] for row in chunk for c in cols],
-                )
+        cur.execute(";\n".join(reads))
+        for n in range(len(reads)):
+            if n:
+                cur.nextset()
+            rows = cur.fetchall()
+            if n < target_sets:
+                names = [d[0] for d in cur.description]
+                for row in rows:
+                    record = encode_row(dict(zip(names, row, strict=True)))
+                    targets[pk_text({c: record[c] for c in pk_cols})] = record
+            else:
+                for kind, pk, value in rows:
+                    (tombstones if kind == "t" else locks)[pk] = int(value)
+        return targets, tombstones, locks
 
     def state(self) -> dict[tuple[str, int], tuple[int, int, str]]:
         """(source zone, partition) -> (applied LSN, Kafka offset, status)."""
@@ -289,6 +277,44 @@ class ZoneWriter:
                 (source_zone, partition, detail[:500]),
             )
         conn.commit()
+
+
+def _send(cur, statements: list[str]) -> None:
+    """Run statements as one request (the connection allows multi-statements); an
+    error in any of them is raised here, and the caller rolls the transaction back."""
+    if not statements:
+        return
+    cur.execute(";\n".join(statements))
+    while cur.nextset():
+        pass
+    statements.clear()
+
+
+def _upserts(lit, table: str, rows: list[dict]) -> list[str]:
+    """Multi-row upserts carrying the event's _zs_origin and _zs_version; one per
+    column set (rows of one table normally share it) and 500 rows."""
+    groups: dict[tuple[str, ...], list[dict]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row), []).append(row)
+    out = []
+    for cols, group in groups.items():
+        col_sql = ", ".join(q(c) for c in cols)
+        updates = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in cols)
+        for start in range(0, len(group), 500):
+            values = ", ".join(
+                ["(" + ", ".join([lit(row[c]) for c in cols]) + ")" for row in group[start : start + 500]]
+            )
+            out.append(f"INSERT INTO {q(table)} ({col_sql}) VALUES {values} ON DUPLICATE KEY UPDATE {updates}")
+    return out
+
+
+def _key_condition(lit, pk_cols: list[str], keys: list[tuple]) -> str:
+    """WHERE condition matching these primary keys (an IN list for a one-column key)."""
+    if len(pk_cols) == 1:
+        return f"{q(pk_cols[0])} IN ({', '.join([lit(k[0]) for k in keys])})"
+    return " OR ".join(
+        "(" + " AND ".join(f"{q(c)} = {lit(v)}" for c, v in zip(pk_cols, k, strict=True)) + ")" for k in keys
+    )
 
 
 def lock_list(conn) -> list[dict]:

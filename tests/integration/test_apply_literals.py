@@ -1,0 +1,44 @@
+"""The applier's literals are pymysql's, and read back as the values they came from."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pytest
+
+from zonesync.apply.literals import literal_function
+
+pytestmark = pytest.mark.integration
+
+VALUES = [
+    0,
+    -9223372036854775808,
+    18446744073709551615,
+    "",
+    "plain",
+    'it\'s \\ a "quote"\n\r\x1a\x00 ✓ 区',
+    "%s %(x)s",  # statements are sent without %-formatting
+    None,
+    True,
+    1.5,
+    decimal.Decimal("-12.50"),
+    dt.datetime(2026, 11, 22, 12, 0, 0, 123456),
+    dt.date(2026, 11, 22),
+    b"\x00\xff'\\",
+]
+
+
+@pytest.mark.parametrize("sql_mode", ["", "NO_BACKSLASH_ESCAPES"])
+def test_literals_match_pymysql_and_round_trip(zones, sql_mode):
+    conn = zones["a"].connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = %s", (sql_mode,))
+            lit = literal_function(conn)
+            assert [lit(v) for v in VALUES] == [conn.literal(v) for v in VALUES]
+            cur.execute("SELECT " + ", ".join(lit(v) for v in VALUES[:8]))
+            back = cur.fetchone()
+    finally:
+        conn.close()
+    assert back == tuple(VALUES[:8])
