@@ -52,11 +52,12 @@ def producer_config(bootstrap_servers: str) -> dict:
         "enable.idempotence": True,
         "acks": "all",
         "compression.type": "lz4",
-        "linger.ms": 2,
+        "linger.ms": 0,
         "batch.num.messages": 10000,
         "queue.buffering.max.messages": 500000,
         "message.timeout.ms": 30000,
         "socket.timeout.ms": 10000,
+        "socket.nagle.disable": True,
     }
 
 
@@ -67,7 +68,8 @@ def consumer_config(bootstrap_servers: str, group: str) -> dict:
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": 5,
+        "fetch.wait.max.ms": 2,
         "fetch.min.bytes": 1,
         "socket.timeout.ms": 10000,
+        "socket.nagle.disable": True,
     }
