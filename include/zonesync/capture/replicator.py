@@ -39,12 +39,12 @@ from dataclasses import dataclass, field
 
 import pymysql
 from confluent_kafka import KafkaError, KafkaException, Producer
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from zonesync import transport
 from zonesync.capture.binlog import binlog_end
+from zonesync.capture.binlog_stream import LeanBinLogStreamReader
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.capture.event import (
     DELETE,
@@ -249,7 +249,8 @@ class Replicator:
 
         producer = Producer({**transport.producer_config(bootstrap_used), "error_cb": on_error})
         try:
-            stream = BinLogStreamReader(
+            stream = LeanBinLogStreamReader(
+                row_decoder=self.rows,
                 connection_settings=self.source.settings(),
                 server_id=self.server_id + self.server_id_offset,
                 resume_stream=True,

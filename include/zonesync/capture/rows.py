@@ -229,15 +229,15 @@ class RowDecoder:
         self._readers: dict[int, tuple[object, callable | None]] = {}
         self.fallbacks = 0
 
-    def _reader(self, ev):
-        table = ev.table_map[ev.table_id]
+    def reader(self, table):
+        """The compiled reader of a table map's row image, or None (the library's)."""
         cached = self._readers.get(id(table))
         if cached is not None and cached[0] is table:
             return cached[1]
         if len(self._readers) >= 1024:
             self._readers.clear()  # table maps of binlog files long read
         try:
-            reader = _compile_image(ev.columns)
+            reader = _compile_image(table.columns)
         except Unsupported:
             reader = None
         self._readers[id(table)] = (table, reader)
@@ -245,6 +245,9 @@ class RowDecoder:
 
     def images(self, ev) -> list[tuple[dict | None, dict | None]]:
         """(before, after) per row: (None, new) for an insert, (old, None) for a delete."""
+        decoded = getattr(ev, "decoded", None)  # read by the lean stream (binlog_stream.py)
+        if decoded is not None:
+            return decoded
         try:
             fast = self._fast(ev)
         except Exception:  # noqa: BLE001 - anything unexpected: the library reads the same bytes
@@ -261,34 +264,45 @@ class RowDecoder:
     def _fast(self, ev) -> list | None:
         if ev.event_type not in _ROWS_V1 and ev.event_type not in _ROWS_V2:
             return None
-        read = self._reader(ev)
+        read = self.reader(ev.table_map[ev.table_id])
         if read is None:
             return None
+        if getattr(ev, "_RowsEvent__rows", None) is not None:
+            return None  # the library already read the rows (ev.rows): the packet is consumed
         wrapper = ev.packet
         if getattr(wrapper, "_BinLogPacketWrapper__data_buffer", b""):
             return None  # bytes pushed back into the wrapper: not a plain position in the packet
-        count = len(ev.columns)
-        full = b"\xff" * (count // 8) + (bytes([(1 << (count % 8)) - 1]) if count % 8 else b"")
         update = isinstance(ev, UpdateRowsEvent)
+        full = full_bitmap(len(ev.columns))
         if ev.columns_present_bitmap != full or (update and ev.columns_present_bitmap2 != full):
             return None  # a partial row image
         raw = wrapper.packet
-        buf, pos = raw._data, raw._position
-        end = pos + ev.event_size - wrapper.read_bytes
-        out = []
-        if update:
-            while pos < end:
-                before, pos = read(buf, pos)
-                after, pos = read(buf, pos)
-                out.append((before, after))
-        elif isinstance(ev, WriteRowsEvent):
-            while pos < end:
-                row, pos = read(buf, pos)
-                out.append((None, row))
-        else:
-            while pos < end:
-                row, pos = read(buf, pos)
-                out.append((row, None))
-        if pos != end:
-            return None  # the rows did not end where the event does: let the library judge
-        return out
+        kind = UPDATE if update else INSERT if isinstance(ev, WriteRowsEvent) else DELETE
+        return decode_rows(read, kind, raw._data, raw._position, raw._position + ev.event_size - wrapper.read_bytes)
+
+
+INSERT, UPDATE, DELETE = "insert", "update", "delete"
+
+
+def full_bitmap(count: int) -> bytes:
+    """The columns-present bitmap of a full row image of `count` columns."""
+    return b"\xff" * (count // 8) + (bytes([(1 << (count % 8)) - 1]) if count % 8 else b"")
+
+
+def decode_rows(read, kind: str, buf: bytes, pos: int, end: int) -> list | None:
+    """Every row image from pos to end; None when they do not end exactly at end."""
+    out = []
+    if kind == UPDATE:
+        while pos < end:
+            before, pos = read(buf, pos)
+            after, pos = read(buf, pos)
+            out.append((before, after))
+    elif kind == INSERT:
+        while pos < end:
+            row, pos = read(buf, pos)
+            out.append((None, row))
+    else:
+        while pos < end:
+            row, pos = read(buf, pos)
+            out.append((row, None))
+    return out if pos == end else None
