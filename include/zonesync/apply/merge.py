@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from zonesync.capture.event import DELETE, INSERT, ChangeEvent
 
 
-@dataclass
+@dataclass(slots=True)  # one per row: smaller, and quicker to build and read
 class NetChange:
     table: str
     pk: dict

@@ -158,10 +158,15 @@ class ZoneWriter:
     def _apply_table(self, cur, lit, source_zone: str, table: str, changes: list[NetChange], result) -> list[str]:
         """Read, decide; returns the write statements (not yet sent)."""
         pk_cols = self.primary_key(table)
+        columns = set(pk_cols)
         for change in changes:
-            if sorted(change.pk) != sorted(pk_cols):
+            if change.pk.keys() != columns:
                 raise ApplyError(f"event for {table} keyed by {sorted(change.pk)}, but its primary key is {pk_cols}")
-        keys = [tuple(decode_row(c.pk)[k] for k in pk_cols) for c in changes]
+        if len(pk_cols) == 1:
+            (column,) = pk_cols
+            keys = [(decode_row(c.pk)[column],) for c in changes]
+        else:
+            keys = [tuple(decode_row(c.pk)[k] for k in pk_cols) for c in changes]
         texts = [c.pk_text for c in changes]
         targets, tombstones, locks = self._read(cur, lit, table, pk_cols, keys, texts)
 

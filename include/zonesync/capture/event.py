@@ -116,7 +116,7 @@ def encode_document(doc: dict) -> bytes:
     return _ENCODER.encode(doc).encode()
 
 
-@dataclass
+@dataclass(slots=True)  # one per row: smaller, and quicker to build and read
 class ChangeEvent:
     lsn: int
     prev_lsn: int
