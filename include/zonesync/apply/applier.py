@@ -19,7 +19,9 @@ Protocol:
    transaction (writer.py): merged per key, version-guarded, data-locked, with
    every partition's position. Per-key order holds since a key has one
    partition number in every source and a partition one worker. While a round
-   is applied the next one accumulates, so batches grow with the load.
+   is applied the next one accumulates, so batches grow with the load. A
+   small round (a quiet stream: a few events) is one transaction on one
+   connection instead: one commit, no hand-off to threads.
 5. Lag per (source, partition) goes to meta every second; `zonesync lag`.
 
 Any error (zone down, broker gone) drops the consumer and the connections and
@@ -58,6 +60,7 @@ class Applier:
         resend_timeout: float = 3.0,
         max_resends: int = 3,
         max_batch: int = 2000,
+        small_round: int = 200,
         topic_of=transport.topic,
         tombstone_horizon_s: float = 7 * 86400,
         table_weights: dict[str, int] | None = None,
@@ -72,6 +75,7 @@ class Applier:
         self.resend_timeout = resend_timeout
         self.max_resends = max_resends
         self.max_batch = max_batch
+        self.small_round = small_round
         self.topic_of = topic_of
         self.tombstone_horizon_s = tombstone_horizon_s
         self.table_weights = dict(table_weights or {})
@@ -235,6 +239,11 @@ class Applier:
         committed in every worker, so rows of a heavier table (a child) never land
         before the lighter ones (its parent) of the same round.
         """
+        if len(shares) > 1 and sum(len(chain) for share in shares for _, chain in share) <= self.small_round:
+            # A small round is one transaction on one connection: in a quiet stream a round
+            # is a few events, and its latency (one commit, no hand-offs) is what counts.
+            # Rounds never overlap, so any worker may apply any partition's chain.
+            shares = [[item for share in shares for item in share]]
         weights = self.table_weights
         # without weights every table is level 0: no need to look at each event for it
         levels = [0]
