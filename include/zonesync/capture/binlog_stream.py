@@ -63,7 +63,7 @@ class Header:
 
 
 class LeanGtidEvent(MariadbGtidEvent):
-    def __init__(self, header: Header, seq_no: int, domain_id: int, flags: int):  # noqa: D107 - no library init
+    def __init__(self, header: Header, seq_no: int, domain_id: int, flags: int):
         self.packet, self.event_type, self.timestamp = header, header.event_type, header.timestamp
         self.server_id, self.gtid_seq_no, self.domain_id, self.flags = header.server_id, seq_no, domain_id, flags
         self.gtid = f"{domain_id}-{header.server_id}-{seq_no}"
