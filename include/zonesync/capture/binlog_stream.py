@@ -27,6 +27,9 @@ from __future__ import annotations
 import struct
 
 import pymysql
+from pymysql import err
+from pymysql.connections import MAX_PACKET_LEN
+from pymysql.constants import CR
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import MariadbGtidEvent, XidEvent
@@ -42,16 +45,59 @@ _EXPECTED_ERRORS = (2013, 2006)  # the library reconnects on these
 
 
 class StreamConnection(pymysql.connections.Connection):
-    """A connection that can be handed back the packet it just read."""
+    """A connection that can be handed back the packet it just read, and reads packets
+    with fewer calls than pymysql: pymysql sets the socket's timeout before each of a
+    packet's two reads (a system call each), here it is set only when it changes.
+    Sequence checks, multi-packet payloads and error packets are handled as pymysql does.
+    """
 
     pushed_back: MysqlPacket | None = None
+    _timeout_set = _UNSET = object()
 
     def _read_packet(self, packet_type=MysqlPacket):
         packet = self.pushed_back
         if packet is not None:
             self.pushed_back = None
             return packet
-        return super()._read_packet(packet_type)
+        if self._timeout_set is not self._read_timeout:
+            self._sock.settimeout(self._read_timeout)
+            self._timeout_set = self._read_timeout
+        payload = b""
+        while True:
+            header = self._read_exactly(4)
+            length = header[0] | header[1] << 8 | header[2] << 16
+            if header[3] != self._next_seq_id:
+                self._force_close()
+                if header[3] == 0:  # MariaDB sends its shutdown error with sequence 0
+                    raise err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+                raise err.InternalError(f"Packet sequence number wrong - got {header[3]} expected {self._next_seq_id}")
+            self._next_seq_id = (self._next_seq_id + 1) % 256
+            payload += self._read_exactly(length)
+            if length < MAX_PACKET_LEN:
+                break
+        packet = packet_type(payload, self.encoding)
+        if packet.is_error_packet():
+            if self._result is not None and self._result.unbuffered_active is True:
+                self._result.unbuffered_active = False
+            packet.raise_for_error()
+        return packet
+
+    def _read_exactly(self, size: int) -> bytes:
+        try:
+            data = self._rfile.read(size)
+        except OSError as exc:
+            self._force_close()
+            raise err.OperationalError(
+                CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({exc})"
+            ) from exc
+        if len(data) < size:
+            self._force_close()
+            raise err.OperationalError(CR.CR_SERVER_LOST, "Lost connection to MySQL server during query")
+        return data
+
+    def _write_bytes(self, data):
+        self._timeout_set = self._UNSET  # pymysql sets the write timeout here
+        super()._write_bytes(data)
 
 
 class Header:

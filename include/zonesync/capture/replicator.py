@@ -366,7 +366,7 @@ class Replicator:
                     in_flight.append(self._noted(boundary, partition_lsns, hwm, produced))
                     boundary_dirty = False
                     last_cp_time = now
-                if in_flight:
+                if in_flight and txn is None:  # (between transactions: once per transaction, not per event)
                     producer.poll(0)
                     self._save_acked(in_flight, acked, errors)
                 if resend_ids and hwm >= retry_until and not boundary_dirty:
