@@ -14,6 +14,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from tests.support.binlog import open_stream, position
 from zonesync.capture.binlog_stream import LeanBinLogStreamReader
 from zonesync.capture.rows import RowDecoder
 
@@ -31,25 +32,9 @@ ONLY = [
 ]
 
 
-def _position(cur) -> tuple[str, int]:
-    cur.execute("SHOW MASTER STATUS")
-    file, pos = cur.fetchone()[:2]
-    return file, int(pos)
-
-
 def _read(reader_class, inst, start, server_id):
     decoder = RowDecoder()
-    stream = reader_class(
-        connection_settings={"host": "127.0.0.1", "port": inst.port, "user": "root", "passwd": ""},
-        server_id=server_id,
-        only_events=ONLY,
-        only_schemas=["zonesync_app"],
-        log_file=start[0],
-        log_pos=start[1],
-        resume_stream=True,
-        blocking=False,
-        freeze_schema=True,
-    )
+    stream = open_stream(inst, start, server_id, ONLY, reader_class)
     out = []
     try:
         for ev in stream:
@@ -85,7 +70,7 @@ def test_lean_stream_matches_the_library_event_for_event(zones):
         cur.execute("CREATE TABLE zonesync_app.lean_rows (id INT PRIMARY KEY, v VARCHAR(20), n BIGINT)")
         cur.execute("CREATE TABLE zonesync_app.lean_enum (id INT PRIMARY KEY, e ENUM('x','y'))")
         cur.execute("CREATE TABLE zonesync_other.elsewhere (id INT PRIMARY KEY)")
-        start = _position(cur)
+        start = position(conn)
         for n in range(1, 30):
             cur.execute("INSERT INTO zonesync_app.lean_rows VALUES (%s, %s, %s)", (n, f"v{n}", n * n))
         cur.execute(

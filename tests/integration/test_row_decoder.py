@@ -10,9 +10,9 @@ from __future__ import annotations
 import decimal
 
 import pytest
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from tests.support.binlog import open_stream, position
 from zonesync.capture.rows import RowDecoder
 
 pytestmark = pytest.mark.integration
@@ -56,27 +56,10 @@ ROWS = [
 ]
 
 
-def _position(conn) -> tuple[str, int]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    return file, int(pos)
-
-
-def _both(inst, log_file, log_pos, server_id):
+def _both(inst, start, server_id):
     """(compiled, library) images of every rows event from the position on, and the decoder."""
     decoder = RowDecoder()
-    stream = BinLogStreamReader(
-        connection_settings={"host": "127.0.0.1", "port": inst.port, "user": "root", "passwd": ""},
-        server_id=server_id,
-        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
-        only_schemas=["zonesync_app"],
-        log_file=log_file,
-        log_pos=log_pos,
-        resume_stream=True,
-        blocking=False,
-        freeze_schema=True,
-    )
+    stream = open_stream(inst, start, server_id, [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
     compiled, library = [], []
     try:
         for ev in stream:
@@ -115,7 +98,7 @@ def test_compiled_reader_matches_the_library_for_every_column_type(zones):
         cur.execute("SET time_zone = '+00:00'")
         cur.execute("DROP TABLE IF EXISTS zonesync_app.rowcodec_types")
         cur.execute(TYPES_DDL)
-        start = _position(conn)
+        start = position(conn)
         cur.execute("INSERT INTO rowcodec_types VALUES " + ", ".join(ROWS))
         cur.execute("UPDATE rowcodec_types SET vc = CONCAT(IFNULL(vc, ''), '!'), d1 = -d1, _zs_version = 10")
         cur.execute("UPDATE rowcodec_types SET t = NULL, dt6 = NULL WHERE id = 3")
@@ -125,7 +108,7 @@ def test_compiled_reader_matches_the_library_for_every_column_type(zones):
                 "INSERT INTO rowcodec_types (id, i, vc, d1, dt3) VALUES (%s, %s, %s, %s, '2026-01-01 00:00:00.123')",
                 (n, -n, f"row {n}", decimal.Decimal(n) / 100),
             )
-    compiled, library, decoder = _both(inst, *start, server_id=4301)
+    compiled, library, decoder = _both(inst, start, server_id=4301)
     conn.close()
     assert decoder.fallbacks == 0, "every column type of this table is one the compiled reader covers"
     # (a statement's rows span several events once they pass binlog_row_event_max_size)
@@ -159,12 +142,12 @@ def test_unsupported_column_types_fall_back_to_the_library(zones):
             "CREATE TABLE zonesync_app.rowcodec_other (id INT PRIMARY KEY, e ENUM('x','y'), tm TIME(3), yr YEAR, "
             "bt BIT(5))"
         )
-        start = _position(conn)
+        start = position(conn)
         cur.execute(
             "INSERT INTO rowcodec_other VALUES (1, 'y', '-12:34:56.789', 2026, b'10101'), (2, NULL, NULL, NULL, NULL)"
         )
         cur.execute("UPDATE rowcodec_other SET e = 'x'")
-    compiled, _, decoder = _both(inst, *start, server_id=4302)
+    compiled, _, decoder = _both(inst, start, server_id=4302)
     conn.close()
     assert decoder.fallbacks == 2
     assert compiled[0][1][0][1]["e"] == "y"
