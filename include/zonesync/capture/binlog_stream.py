@@ -32,13 +32,13 @@ from pymysql.connections import MAX_PACKET_LEN
 from pymysql.constants import CR
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.event import MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from zonesync.capture.rows import DELETE, INSERT, UPDATE, RowDecoder, decode_rows, full_bitmap
+from zonesync.capture.event import DELETE, INSERT, UPDATE
+from zonesync.capture.rows import RowDecoder, decode_rows, full_bitmap
 
-XID, TABLE_MAP, MARIADB_GTID = 0x10, 0x13, 0xA2
-ROWS_V1 = {0x17: (WriteRowsEvent, INSERT), 0x18: (UpdateRowsEvent, UPDATE), 0x19: (DeleteRowsEvent, DELETE)}
 ROWS_V1_POST_HEADER = 8  # table id (6) and flags (2)
 _HEADER = struct.Struct("<xIBIIIH")  # OK byte, timestamp, type, server id, event size, next position, flags
 _EXPECTED_ERRORS = (2013, 2006)  # the library reconnects on these
@@ -159,10 +159,11 @@ class LeanDeleteRowsEvent(_LeanRows, DeleteRowsEvent):
     pass
 
 
-LEAN_ROWS = {
-    WriteRowsEvent: LeanWriteRowsEvent,
-    UpdateRowsEvent: LeanUpdateRowsEvent,
-    DeleteRowsEvent: LeanDeleteRowsEvent,
+# v1 rows event type -> (the library's class, ours, the change it carries)
+ROWS_V1 = {
+    BINLOG.WRITE_ROWS_EVENT_V1: (WriteRowsEvent, LeanWriteRowsEvent, INSERT),
+    BINLOG.UPDATE_ROWS_EVENT_V1: (UpdateRowsEvent, LeanUpdateRowsEvent, UPDATE),
+    BINLOG.DELETE_ROWS_EVENT_V1: (DeleteRowsEvent, LeanDeleteRowsEvent, DELETE),
 }
 _SKIP = object()
 
@@ -180,8 +181,7 @@ class LeanBinLogStreamReader(BinLogStreamReader):
         super().__init__(*args, **kwargs)
         self.rows = row_decoder or RowDecoder()
         self._only_schemas = kwargs.get("only_schemas")
-        allowed = self._BinLogStreamReader__allowed_events
-        self._allowed = set(allowed)
+        self._allowed = self._BinLogStreamReader__allowed_events
         self._lean = (
             kwargs.get("freeze_schema", False)
             and not kwargs.get("end_log_pos")
@@ -222,26 +222,29 @@ class LeanBinLogStreamReader(BinLogStreamReader):
         end = 1 + header.event_size - (4 if self._BinLogStreamReader__use_checksum else 0)
         if end > len(data):
             return None
-        if kind == XID:
+        if kind == BINLOG.XID_EVENT:
             if XidEvent not in self._allowed:
                 return None
             self._advance(header)
             return LeanXidEvent(header, struct.unpack_from("<Q", data, 20)[0])
-        if kind == MARIADB_GTID:
+        if kind == BINLOG.MARIADB_GTID_EVENT:
             if MariadbGtidEvent not in self._allowed:
                 return None
             seq_no, domain_id, flags = struct.unpack_from("<QIB", data, 20)
             self._advance(header)
             return LeanGtidEvent(header, seq_no, domain_id, flags)
-        if kind == TABLE_MAP:
+        if kind == BINLOG.TABLE_MAP_EVENT:
             if _table_id(data) not in self.table_map:
                 return None  # a new map: the library parses and registers it
             self._advance(header)
             return _SKIP  # freeze_schema: a known table id keeps its map
-        rows = ROWS_V1.get(kind)
-        if rows is None or rows[0] not in self._allowed or not self._standard_post_header(kind):
+        if kind not in ROWS_V1:
             return None
-        table = self.table_map.get(_table_id(data))
+        library_class, lean_class, change = ROWS_V1[kind]
+        if library_class not in self._allowed or not self._standard_post_header(kind):
+            return None
+        table_id = _table_id(data)
+        table = self.table_map.get(table_id)
         if table is None:
             return None
         if self._only_schemas is not None and table.schema not in self._only_schemas:
@@ -255,18 +258,18 @@ class LeanBinLogStreamReader(BinLogStreamReader):
             return None
         full = full_bitmap(count)
         width = len(full)
-        bitmaps = 2 if rows[1] == UPDATE else 1
+        bitmaps = 2 if change == UPDATE else 1
         for n in range(bitmaps):
             if data[pos + n * width : pos + (n + 1) * width] != full:
                 return None  # a partial row image
         try:
-            decoded = decode_rows(read, rows[1], data, pos + bitmaps * width, end)
+            decoded = decode_rows(read, change, data, pos + bitmaps * width, end)
         except Exception:  # noqa: BLE001 - anything unexpected: the library reads it
             return None
         if decoded is None:
             return None
         self._advance(header)
-        return LEAN_ROWS[rows[0]](header, table, _table_id(data), decoded)
+        return lean_class(header, table, table_id, decoded)
 
     def _advance(self, header: Header) -> None:
         if header.log_pos:

@@ -403,10 +403,10 @@ class Replicator:
         """
         fno = file_number(log_file)
         count = len(txn.rows)
-        topic, zone, zone_id, partitions = self.topic, self.zone, self.zone_id, self.partitions
+        zone, zone_id, partitions = self.zone, self.zone_id, self.partitions
         for index, (schema, table, op, old, new, end_pos, i) in enumerate(txn.rows):
             image = new if new is not None else old
-            pk_cols = self._pks.get((schema, table)) or self._primary_key(schema, table)
+            pk_cols = self._primary_key(schema, table)
             enc_pk = encode_row({c: image[c] for c in pk_cols})
             text = pk_text(enc_pk)
             partition = transport.partition_of(table, text, partitions)
@@ -438,21 +438,7 @@ class Replicator:
                     "is_retry": is_retry,
                 }
             )
-            while True:
-                try:
-                    producer.produce(
-                        topic,
-                        value=payload,
-                        key=f"{table}:{text}".encode(),
-                        partition=partition,
-                        on_delivery=on_delivery,
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-                except KafkaException as exc:
-                    raise ReplicatorError(f"produce failed: {exc}") from exc
-            self.published += 1
+            self._produce(producer, payload, f"{table}:{text}".encode(), partition, on_delivery)
             produced[partition] += 1
             if lsn > hwm:
                 hwm = lsn
@@ -476,3 +462,14 @@ class Replicator:
         if remaining or errors:
             raise ReplicatorError(f"broker did not ack {remaining} events ({errors[:1]}): checkpoint not advanced")
         self._save_acked(in_flight, acked, errors)
+
+    def _produce(self, producer: Producer, payload: bytes, key: bytes, partition: int, on_delivery) -> None:
+        while True:
+            try:
+                producer.produce(self.topic, value=payload, key=key, partition=partition, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+            except KafkaException as exc:
+                raise ReplicatorError(f"produce failed: {exc}") from exc
+        self.published += 1

@@ -28,6 +28,8 @@ import struct
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from zonesync.capture.event import DELETE, INSERT, UPDATE
+
 # Fixed-width columns: struct format per (type, unsigned).
 _FIXED = {
     (FIELD_TYPE.TINY, False): "b",
@@ -279,9 +281,6 @@ class RowDecoder:
         raw = wrapper.packet
         kind = UPDATE if update else INSERT if isinstance(ev, WriteRowsEvent) else DELETE
         return decode_rows(read, kind, raw._data, raw._position, raw._position + ev.event_size - wrapper.read_bytes)
-
-
-INSERT, UPDATE, DELETE = "insert", "update", "delete"
 
 
 def full_bitmap(count: int) -> bytes:
