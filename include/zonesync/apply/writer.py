@@ -162,11 +162,7 @@ class ZoneWriter:
         for change in changes:
             if change.pk.keys() != columns:
                 raise ApplyError(f"event for {table} keyed by {sorted(change.pk)}, but its primary key is {pk_cols}")
-        if len(pk_cols) == 1:
-            (column,) = pk_cols
-            keys = [(decode_row(c.pk)[column],) for c in changes]
-        else:
-            keys = [tuple(decode_row(c.pk)[k] for k in pk_cols) for c in changes]
+        keys = [tuple(decode_row(c.pk)[k] for k in pk_cols) for c in changes]
         texts = [c.pk_text for c in changes]
         targets, tombstones, locks = self._read(cur, lit, table, pk_cols, keys, texts)
 
