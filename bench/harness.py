@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,8 @@ class BenchEnv:
                 "ZONESYNC_BASE_PORT": str(base),
                 "ZONESYNC_WITH_AIRFLOW": "0",
                 "ZONESYNC_WITH_WORKERS": "0",
+                # the deployment setting the benchmarks run with, when set (default: config's)
+                **{k: os.environ[k] for k in ("ZONESYNC_KAFKA_PARTITIONS",) if k in os.environ},
             }
         )
 

@@ -102,14 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
     dev_sub.add_parser("status", help="each component's address, pid and health").set_defaults(func=cmd_dev_status)
     br = dev_sub.add_parser("broker", help="run the in-memory Kafka broker in the foreground")
     br.add_argument("--info-file", required=True, help="where to write bootstrap servers and the control port")
-    br.add_argument("--partitions", type=int, default=8, help="partitions of the topics created at start")
+    br.add_argument("--partitions", type=int, default=32, help="partitions of the topics created at start")
     br.add_argument("--brokers", type=int, default=1, help="number of mock brokers")
     br.add_argument("--control-port", type=int, default=0, help="control port (0: any free port)")
     br.add_argument("topics", nargs="*", help="topics to create at start")
     br.set_defaults(func=cmd_dev_broker)
     topic = dev_sub.add_parser("topic", help="create a topic on the running dev broker")
     topic.add_argument("topic")
-    topic.add_argument("--partitions", type=int, default=8)
+    topic.add_argument("--partitions", type=int, default=32)
     topic.set_defaults(func=cmd_dev_topic)
 
     from zonesync import cli_meta, cli_replication, cli_switch

@@ -11,7 +11,7 @@ MariaDB on 3306). Defaults are the embedded local setup `make demo` uses.
 | ZONESYNC_ZONES            | a,b,c          | zone names; ids are 1..N in this order     |
 | ZONESYNC_BASE_PORT        | 23306          | meta = base, zone i = base + i             |
 | ZONESYNC_AIRFLOW_PORT     | 28080          | Airflow API server / UI on 127.0.0.1       |
-| ZONESYNC_KAFKA_PARTITIONS | 8              | partitions of topics the dev broker creates|
+| ZONESYNC_KAFKA_PARTITIONS | 32             | partitions of topics the dev broker creates|
 | ZONESYNC_WITH_AIRFLOW     | 1              | 0: no Airflow                              |
 | ZONESYNC_WITH_WORKERS     | 1              | 0: no replicators / appliers               |
 """
@@ -124,7 +124,7 @@ def load(env: dict | None = None) -> EnvConfig:
         zones=zones,
         meta_port=base,
         airflow_port=_int_env(env, "ZONESYNC_AIRFLOW_PORT", 28080, 1024, 65535),
-        kafka_partitions=_int_env(env, "ZONESYNC_KAFKA_PARTITIONS", 8, 1, 256),
+        kafka_partitions=_int_env(env, "ZONESYNC_KAFKA_PARTITIONS", 32, 1, 256),
         with_airflow=env.get("ZONESYNC_WITH_AIRFLOW", "1") not in ("0", "false", "no"),
         with_workers=env.get("ZONESYNC_WITH_WORKERS", "1") not in ("0", "false", "no"),
     )
