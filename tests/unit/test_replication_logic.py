@@ -115,6 +115,36 @@ def test_event_documents_tolerate_extra_fields_and_reject_booleans():
         ChangeEvent.from_json(b'{"lsn": "\xff"}')
 
 
+def test_fast_and_checked_decoding_agree():
+    """from_json decodes in C and falls back to the Python checks for anything the typed
+    decoder refuses: both paths must accept the same documents with the same result."""
+    good = ev(5, 0, "update", old=row(3, "é"), new=row(4, "ü\u2603")).to_json()
+    assert json.loads(good) == json.loads(json.dumps(json.loads(good), separators=(",", ":")))
+    variants = {
+        "as written": good,
+        "ascii escapes": json.dumps(json.loads(good)).encode(),
+        "origin as text": good.replace(b'"origin_zone":1', b'"origin_zone":"1"'),
+        "pk as list": good.replace(b'"pk":{"id":1}', b'"pk":[1]'),
+        "nan in a row": good.replace(b'"name":"\xc3\xa9"', b'"name":NaN'),
+        "insert with an old row": good.replace(b'"op":"update"', b'"op":"insert"'),
+        "delete with a new row": good.replace(b'"op":"update"', b'"op":"delete"'),
+        "upsert": good.replace(b'"op":"update"', b'"op":"upsert"'),
+        "update without old": good.replace(b'"old":{', b'"gone":{').replace(b'"new":', b'"old":null,"new":'),
+        "version as bool": good.replace(b'"version":4', b'"version":true'),
+    }
+    for name, raw in variants.items():
+        assert raw != good or name == "as written", f"{name}: the replacement did not apply"
+        try:
+            checked = ChangeEvent._checked(raw)
+        except EventError as exc:
+            with pytest.raises(EventError, match=str(exc)[:20]):
+                ChangeEvent.from_json(raw)
+            continue
+        fast = ChangeEvent.from_json(raw)
+        assert fast == checked, name
+        assert type(fast.origin_zone) is type(checked.origin_zone), name
+
+
 def test_merge_per_key():
     e1 = ev(1, 0, "insert", new=row(1))
     e2 = ev(2, 1, "update", old=row(1), new=row(2, "x"))

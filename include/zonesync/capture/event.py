@@ -25,6 +25,8 @@ import decimal
 import json
 from dataclasses import dataclass
 
+import msgspec
+
 FILE_BITS, POS_BITS, ROW_BITS = 16, 32, 15
 MAX_ROWS_PER_EVENT = (1 << ROW_BITS) - 1
 
@@ -107,13 +109,15 @@ def decode_row(row: dict | None) -> dict | None:
     return row
 
 
-# One encoder for every event: json.dumps with separators builds a new encoder per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# msgspec writes the same compact JSON as json.dumps(separators=(",", ":")) (UTF-8
+# instead of \u escapes) in a tenth of the time: at bulk rates JSON was a fifth of
+# capture's CPU and a third of the applier's.
+_ENCODER = msgspec.json.Encoder()
 
 
 def encode_document(doc: dict) -> bytes:
     """The wire form of an event document (ChangeEvent's fields, in its field order)."""
-    return _ENCODER.encode(doc).encode()
+    return _ENCODER.encode(doc)
 
 
 @dataclass(slots=True)  # one per row: smaller, and quicker to build and read
@@ -136,11 +140,32 @@ class ChangeEvent:
     is_retry: bool = False
 
     def to_json(self) -> bytes:
-        # a shallow dict: dataclasses.asdict deep-copies every row image (a third of capture's CPU)
-        return encode_document({f: getattr(self, f) for f in self.__dataclass_fields__})
+        return _ENCODER.encode(self)  # a dataclass: its fields in order, as the replicator writes them
 
     @classmethod
     def from_json(cls, raw: bytes) -> ChangeEvent:
+        """Decode and validate an event document; EventError names what is wrong.
+
+        The fast path decodes straight into the dataclass, its field types checked in C
+        (stricter than the rules below: an int where a string is due fails it). Whatever
+        it refuses, and any op/row combination the rules forbid, goes through the checks
+        below, which accept or name the fault exactly as they always did.
+        """
+        try:
+            event = _FAST_DECODE(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+            return cls._checked(raw)
+        op = event.op
+        if (
+            op not in _OPS
+            or (op != DELETE and type(event.new) is not dict)
+            or (op != INSERT and type(event.old) is not dict)
+        ):
+            return cls._checked(raw)
+        return event
+
+    @classmethod
+    def _checked(cls, raw: bytes) -> ChangeEvent:
         try:
             doc = _DECODE(raw.decode())
         except (ValueError, UnicodeDecodeError) as exc:
@@ -172,6 +197,7 @@ _FIELDS = tuple(ChangeEvent.__dataclass_fields__)
 _REQUIRED = frozenset(_FIELDS) - {"is_retry"}
 _OPS = frozenset((INSERT, UPDATE, DELETE))
 _DECODE = json.JSONDecoder().decode
+_FAST_DECODE = msgspec.json.Decoder(ChangeEvent).decode
 
 
 def pk_text(pk: dict) -> str:
