@@ -180,21 +180,27 @@ class Applier:
                 if first is not None:
                     msgs += consumer.consume(num_messages=self.max_batch, timeout=0)
                 by_partition: dict[tuple[str, int], list[tuple[ChangeEvent, int]]] = {}
+                decode, source_of, state = ChangeEvent.from_json, self._source_of_topic, self.state
+                delivered = False
                 for msg in msgs:
                     if msg.error():
                         continue
-                    down["since"] = None
-                    source = self._source_of_topic[msg.topic()]
-                    key = (source, msg.partition())
-                    st = self.state.get(key)
+                    delivered = True
+                    key = (source_of[msg.topic()], msg.partition())
+                    st = state.get(key)
                     if st is None or st.halted:
                         continue
                     try:
-                        event = ChangeEvent.from_json(msg.value())
+                        event = decode(msg.value())
                     except EventError as exc:
                         self._halt(consumer, key, f"malformed event at offset {msg.offset()}: {exc}")
                         continue
-                    by_partition.setdefault(key, []).append((event, msg.offset()))
+                    chain = by_partition.get(key)
+                    if chain is None:
+                        chain = by_partition[key] = []
+                    chain.append((event, msg.offset()))
+                if delivered:
+                    down["since"] = None
                 if down["since"] and time.monotonic() - down["since"] > 5:
                     raise RuntimeError("broker unreachable for 5 s: reconnecting with a fresh bootstrap")
                 jobs, gaps = {}, {}

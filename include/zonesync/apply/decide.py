@@ -31,20 +31,27 @@ class Action:
     reason: str = ""
 
 
+# The reason-less outcomes, built once: decide() runs for every row of a batch.
+_PLAIN = {kind: Action(kind) for kind in (UPSERT, DELETE_ROW, TOMBSTONE)}
+_LOCKED = Action(SKIP, "row is locked: held until `zonesync locks resolve`")
+_NOT_NEWER = Action(SKIP, "target already has this version or a newer one")
+_DELETED = Action(SKIP, "row was deleted at this version or a newer one")
+
+
 def decide(change: NetChange, target: dict | None, tombstone_version: int | None, locked: bool) -> Action:
     """`target` is the encoded target row (None when absent)."""
     if locked:
-        return Action(SKIP, "row is locked: held until `zonesync locks resolve`")
+        return _LOCKED
     if target is not None and int(target.get("_zs_version") or 0) >= change.version:
-        return Action(SKIP, "target already has this version or a newer one")
+        return _NOT_NEWER
     if target is None and tombstone_version is not None and tombstone_version >= change.version:
-        return Action(SKIP, "row was deleted at this version or a newer one")
-    final = UPSERT if change.new is not None else (DELETE_ROW if target is not None else TOMBSTONE)
+        return _DELETED
+    final = _PLAIN[UPSERT if change.new is not None else (DELETE_ROW if target is not None else TOMBSTONE)]
     if change.first_op == INSERT:
-        return Action(final)
+        return final
     if target is None:
         return Action(LOCK, f"{change.first_op} of a row that is not in the target")
     if target != change.old:
         diff = sorted(k for k in set(target) | set(change.old or {}) if target.get(k) != (change.old or {}).get(k))
         return Action(LOCK, f"{change.first_op}: target row differs from the event's old row in {', '.join(diff)}")
-    return Action(final)
+    return final

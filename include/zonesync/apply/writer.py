@@ -162,7 +162,7 @@ class ZoneWriter:
         for change in changes:
             if change.pk.keys() != columns:
                 raise ApplyError(f"event for {table} keyed by {sorted(change.pk)}, but its primary key is {pk_cols}")
-        keys = [tuple(decode_row(c.pk)[k] for k in pk_cols) for c in changes]
+        keys = [tuple([pk[k] for k in pk_cols]) for pk in [decode_row(c.pk) for c in changes]]
         texts = [c.pk_text for c in changes]
         targets, tombstones, locks = self._read(cur, lit, table, pk_cols, keys, texts)
 
@@ -302,9 +302,8 @@ def _upserts(lit, table: str, rows: list[dict]) -> list[str]:
         col_sql = ", ".join(q(c) for c in cols)
         updates = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in cols)
         for start in range(0, len(group), 500):
-            values = ", ".join(
-                ["(" + ", ".join([lit(row[c]) for c in cols]) + ")" for row in group[start : start + 500]]
-            )
+            # a group's rows have their columns in the order of `cols` (that is the group's key)
+            values = ", ".join(["(" + ", ".join(map(lit, row.values())) + ")" for row in group[start : start + 500]])
             out.append(f"INSERT INTO {q(table)} ({col_sql}) VALUES {values} ON DUPLICATE KEY UPDATE {updates}")
     return out
 
