@@ -29,7 +29,7 @@ def reset_state(zones, meta) -> None:
                 cur.execute(f"DELETE FROM zonesync.{t}")
         conn.close()
     with meta.connect().cursor() as cur:
-        for t in ("replicator_checkpoints", "resend_requests", "alerts", "apply_lag"):
+        for t in ("replicator_checkpoints", "resend_requests", "alerts", "apply_lag", "change_topics"):
             cur.execute(f"DELETE FROM {t}")
 
 

@@ -42,6 +42,7 @@ from zonesync import transport
 from zonesync.apply.continuity import PartitionState, filter_chain
 from zonesync.apply.writer import ZoneWriter
 from zonesync.capture.event import ChangeEvent, EventError
+from zonesync.meta import topics
 from zonesync.meta.db import MetaConfig
 
 log = logging.getLogger("zonesync.applier")
@@ -130,6 +131,8 @@ class Applier:
         while not self.stopping and (deadline is None or time.monotonic() < deadline):
             try:
                 self._pass(deadline)
+            except topics.PartitionCountMismatch:
+                raise  # configuration: retrying cannot help
             except Exception as exc:  # noqa: BLE001 - any failure: re-read state and start over
                 if self.stopping:
                     break
@@ -142,6 +145,7 @@ class Applier:
         self.stopping = True
 
     def _load_state(self) -> None:
+        topics.check(self.meta, self.sources, self.partitions)
         recorded = self._writer().state()
         self.state = {}
         self._offsets = {}

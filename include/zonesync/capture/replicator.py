@@ -58,6 +58,7 @@ from zonesync.capture.event import (
     pk_text,
 )
 from zonesync.capture.rows import RowDecoder
+from zonesync.meta import topics
 from zonesync.meta.db import MetaConfig
 
 log = logging.getLogger("zonesync.replicator")
@@ -156,6 +157,7 @@ class Replicator:
 
     def _start_checkpoint(self) -> Checkpoint:
         cp = self.store.latest()
+        topics.claim(self.meta, self.zone, self.partitions, sorted(cp.partition_lsns) if cp else [])
         if cp is None:
             log_file, log_pos = self.source.master_status()
             cp = Checkpoint(self.zone, 0, log_file, log_pos, {}, 0)
@@ -186,6 +188,8 @@ class Replicator:
         while not self.stopping and (deadline is None or time.monotonic() < deadline):
             try:
                 self._pass(deadline)
+            except topics.PartitionCountMismatch:
+                raise  # configuration: retrying cannot help
             except Exception as exc:  # noqa: BLE001 - any failure: rebuild from the checkpoint
                 if self.stopping:
                     break

@@ -1,0 +1,67 @@
+"""A change topic's partition count is fixed for the life of its chains (meta `change_topics`).
+
+A key's partition is crc32 mod the count: run with another count, a replicator would
+move keys to other partitions mid-chain and an applier would skip partitions. Both
+refuse to start instead, saying which setting to use.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.replication import Cluster, reset_state
+from zonesync.meta import topics
+
+pytestmark = pytest.mark.integration
+
+
+def test_workers_refuse_another_partition_count(meta, zones, broker, test_cfg):
+    reset_state(zones, meta)
+    first = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=2)
+    first.start(which=("replicator",), zones=("a",))
+    first.wait_started()
+    first.stop()
+    assert meta.run("SELECT partitions FROM change_topics WHERE zone = 'a'")[0] == [(2,)]
+
+    other = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=3)
+    # at once, not after retrying: run() would otherwise loop until max_seconds
+    with pytest.raises(topics.PartitionCountMismatch, match="ZONESYNC_KAFKA_PARTITIONS=2"):
+        other.make_replicator("a").run(max_seconds=30)
+    with pytest.raises(topics.PartitionCountMismatch, match="zone a's change topic was published with 2 partitions"):
+        other.make_applier("b").run(max_seconds=30)
+    first.make_applier("b").run(max_seconds=1)  # the recorded count runs
+
+    # the command a user runs says it in one line and exits 2
+    env = {
+        **os.environ,
+        "ZONESYNC_STATE_DIR": str(test_cfg.state_dir),
+        "ZONESYNC_BASE_PORT": str(test_cfg.meta_port),
+        "ZONESYNC_KAFKA_PARTITIONS": "3",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "zonesync.cli", "replicate", "--zone", "a"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "ZONESYNC_KAFKA_PARTITIONS=2" in done.stderr and "Traceback" not in done.stderr
+    reset_state(zones, meta)
+
+
+def test_a_chain_older_than_the_record_is_checked_as_far_as_it_can_be(meta):
+    meta.run("DELETE FROM change_topics WHERE zone = 'zq'")
+    # partitions 0..7 in use prove the count was at least 8
+    with pytest.raises(topics.PartitionCountMismatch, match="at least 8 partitions"):
+        topics.claim(meta, "zq", 4, [0, 3, 7])
+    assert meta.run("SELECT COUNT(*) FROM change_topics WHERE zone = 'zq'")[0] == [(0,)]
+    topics.claim(meta, "zq", 8, [0, 3, 7])  # cannot be told from 8: recorded (with a warning)
+    topics.check(meta, ["zq", "never-published"], 8)
+    with pytest.raises(topics.PartitionCountMismatch, match="ZONESYNC_KAFKA_PARTITIONS=8"):
+        topics.check(meta, ["zq"], 16)
+    meta.run("DELETE FROM change_topics WHERE zone = 'zq'")
