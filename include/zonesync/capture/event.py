@@ -115,11 +115,6 @@ def decode_row(row: dict | None) -> dict | None:
 _ENCODER = msgspec.json.Encoder()
 
 
-def encode_document(doc: dict) -> bytes:
-    """The wire form of an event document (ChangeEvent's fields, in its field order)."""
-    return _ENCODER.encode(doc)
-
-
 @dataclass(slots=True)  # one per row: smaller, and quicker to build and read
 class ChangeEvent:
     lsn: int
