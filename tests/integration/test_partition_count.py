@@ -21,37 +21,48 @@ pytestmark = pytest.mark.integration
 
 def test_workers_refuse_another_partition_count(meta, zones, broker, test_cfg):
     reset_state(zones, meta)
-    first = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=2)
-    first.start(which=("replicator",), zones=("a",))
-    first.wait_started()
-    first.stop()
-    assert meta.run("SELECT partitions FROM change_topics WHERE zone = 'a'")[0] == [(2,)]
+    try:
+        first = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=2)
+        first.start(which=("replicator",), zones=("a",))
+        first.wait_started()
+        first.stop()
+        assert meta.run("SELECT partitions FROM change_topics WHERE zone = 'a'")[0] == [(2,)]
 
-    other = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=3)
-    # at once, not after retrying: run() would otherwise loop until max_seconds
-    with pytest.raises(topics.PartitionCountMismatch, match="ZONESYNC_KAFKA_PARTITIONS=2"):
-        other.make_replicator("a").run(max_seconds=30)
-    with pytest.raises(topics.PartitionCountMismatch, match="zone a's change topic was published with 2 partitions"):
-        other.make_applier("b").run(max_seconds=30)
-    first.make_applier("b").run(max_seconds=1)  # the recorded count runs
+        # topics with 3 partitions, but zone a's chain was published with 2: meta says so
+        other = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=3)
+        # at once, not after retrying: run() would otherwise loop until max_seconds
+        with pytest.raises(topics.PartitionCountMismatch, match="ZONESYNC_KAFKA_PARTITIONS=2"):
+            other.make_replicator("a").run(max_seconds=30)
+        with pytest.raises(topics.PartitionCountMismatch, match="zone a's change topic was published with 2 part"):
+            other.make_applier("b").run(max_seconds=30)
+        first.make_applier("b").run(max_seconds=1)  # the recorded count runs
 
-    # the command a user runs says it in one line and exits 2
-    env = {
-        **os.environ,
-        "ZONESYNC_STATE_DIR": str(test_cfg.state_dir),
-        "ZONESYNC_BASE_PORT": str(test_cfg.meta_port),
-        "ZONESYNC_KAFKA_PARTITIONS": "3",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "zonesync.cli", "replicate", "--zone", "a"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "ZONESYNC_KAFKA_PARTITIONS=2" in done.stderr and "Traceback" not in done.stderr
-    reset_state(zones, meta)
+        # workers set to 3 on topics the broker has with 2: the broker says so, before meta
+        # is asked (a count recorded from a wrong setting would otherwise be insisted on)
+        for worker in (first.make_replicator("a"), first.make_applier("b")):
+            worker.partitions = 3
+            with pytest.raises(topics.PartitionCountMismatch, match="has 2 partitions on the broker"):
+                worker.run(max_seconds=30)
+
+        # the command a user runs says it in one line and exits 2 (the session's dev
+        # broker made zonesync.a.changes with 8 partitions)
+        env = {
+            **os.environ,
+            "ZONESYNC_STATE_DIR": str(test_cfg.state_dir),
+            "ZONESYNC_BASE_PORT": str(test_cfg.meta_port),
+            "ZONESYNC_KAFKA_PARTITIONS": "3",
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "zonesync.cli", "replicate", "--zone", "a"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "ZONESYNC_KAFKA_PARTITIONS=8" in done.stderr and "Traceback" not in done.stderr
+    finally:
+        reset_state(zones, meta)
 
 
 def test_a_chain_older_than_the_record_is_checked_as_far_as_it_can_be(meta):

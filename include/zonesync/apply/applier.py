@@ -145,7 +145,6 @@ class Applier:
         self.stopping = True
 
     def _load_state(self) -> None:
-        topics.check(self.meta, self.sources, self.partitions)
         recorded = self._writer().state()
         self.state = {}
         self._offsets = {}
@@ -167,6 +166,14 @@ class Applier:
 
         config = transport.consumer_config(bootstrap_used, f"zonesync-apply-{self.zone}")
         consumer = Consumer({**config, "error_cb": on_error})
+        try:
+            # the topics' partition count, as the broker has it, then as meta recorded it
+            for source in self.sources:
+                topics.check_broker(consumer, self.topic_of(source), self.partitions)
+            topics.check(self.meta, self.sources, self.partitions)
+        except BaseException:
+            consumer.close()
+            raise
         assignment = [
             TopicPartition(
                 self.topic_of(s), p, self._offsets[(s, p)] + 1 if self._offsets[(s, p)] >= 0 else OFFSET_BEGINNING

@@ -146,9 +146,18 @@ class ChangeEvent:
         it refuses, and any op/row combination the rules forbid, goes through the checks
         below, which accept or name the fault exactly as they always did.
         """
+        if type(raw) is not bytes:  # a null message (Kafka tombstone) has no value
+            raise EventError(f"event is not a JSON document (a message value of {type(raw).__name__})")
+        if not raw.isascii():
+            # msgspec skips unknown fields without validating their UTF-8; the checks
+            # below refuse such a document, so it must not pass here either
+            try:
+                raw.decode()
+            except UnicodeDecodeError:
+                return cls._checked(raw)
         try:
             event = _FAST_DECODE(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
             return cls._checked(raw)
         op = event.op
         if (
@@ -165,6 +174,8 @@ class ChangeEvent:
             doc = _DECODE(raw.decode())
         except (ValueError, UnicodeDecodeError) as exc:
             raise EventError(f"not JSON: {exc}") from None
+        except RecursionError:
+            raise EventError("not JSON: nested too deeply") from None
         if not isinstance(doc, dict):
             raise EventError("event is not a JSON object")
         keys = doc.keys()

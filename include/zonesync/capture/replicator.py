@@ -157,7 +157,6 @@ class Replicator:
 
     def _start_checkpoint(self) -> Checkpoint:
         cp = self.store.latest()
-        topics.claim(self.meta, self.zone, self.partitions, sorted(cp.partition_lsns) if cp else [])
         if cp is None:
             log_file, log_pos = self.source.master_status()
             cp = Checkpoint(self.zone, 0, log_file, log_pos, {}, 0)
@@ -208,6 +207,7 @@ class Replicator:
     def _pass(self, deadline: float | None) -> None:
         resend_ids: list[int] = []
         cp = self._start_checkpoint()
+        chain_partitions = sorted(cp.partition_lsns)
         requests = self._pending_resends()
         retry_partitions: set[int] | None = None
         retry_until = cp.published_hwm
@@ -258,6 +258,9 @@ class Replicator:
             {**transport.producer_config(bootstrap_used), "error_cb": on_error, "on_delivery": on_delivery}
         )
         try:
+            # the topic's partition count, as the broker has it, then as meta recorded it
+            topics.check_broker(producer, self.topic, self.partitions)
+            topics.claim(self.meta, self.zone, self.partitions, chain_partitions)
             stream = LeanBinLogStreamReader(
                 row_decoder=self.rows,
                 connection_settings=self.source.settings(),
