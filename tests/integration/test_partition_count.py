@@ -7,6 +7,7 @@ refuse to start instead, saying which setting to use.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import sys
 import pytest
 
 from tests.support.replication import Cluster, reset_state
+from zonesync.config import ConfigError
 from zonesync.meta import topics
 
 pytestmark = pytest.mark.integration
@@ -76,3 +78,15 @@ def test_a_chain_older_than_the_record_is_checked_as_far_as_it_can_be(meta):
     with pytest.raises(topics.PartitionCountMismatch, match="ZONESYNC_KAFKA_PARTITIONS=8"):
         topics.check(meta, ["zq"], 16)
     meta.run("DELETE FROM change_topics WHERE zone = 'zq'")
+
+
+def test_a_meta_store_from_before_the_record_says_to_migrate(meta):
+    meta.run("CREATE DATABASE IF NOT EXISTS zonesync_meta_schema4")
+    old = dataclasses.replace(meta, database="zonesync_meta_schema4")
+    try:
+        with pytest.raises(ConfigError, match="run `zonesync meta migrate`"):
+            topics.claim(old, "a", 8, [])
+        with pytest.raises(ConfigError, match="has no table change_topics"):
+            topics.check(old, ["a"], 8)
+    finally:
+        meta.run("DROP DATABASE zonesync_meta_schema4")
