@@ -188,7 +188,7 @@ class ZoneWriter:
                 writes.append(
                     "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event, held_events) VALUES "
                     f"({name}, {lit(change.pk_text)}, {lit(action.reason[:500])}, "
-                    f"{lit(change.first_event.to_json().decode())}, {change.events - 1}) "
+                    f"{lit(_ascii_json(change.first_event))}, {change.events - 1}) "
                     f"ON DUPLICATE KEY UPDATE held_events = held_events + {change.events}"
                 )
                 result.skipped += change.events
@@ -278,6 +278,12 @@ class ZoneWriter:
                 (source_zone, partition, detail[:500]),
             )
         conn.commit()
+
+
+def _ascii_json(event: ChangeEvent) -> str:
+    """The event as JSON with \\u escapes: it fits row_locks.first_event whatever the
+    `zonesync` database's character set (the wire form is raw UTF-8). Rare: locks only."""
+    return json.dumps(json.loads(event.to_json()), separators=(",", ":"))
 
 
 def _send(cur, statements: list[str]) -> None:
