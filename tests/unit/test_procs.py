@@ -49,6 +49,8 @@ def test_marker_alternatives_match_retitled_processes(tmp_path):
 def test_port_helpers():
     port = procs.free_port()
     assert procs.port_free(port)
+    # below the kernel's ephemeral range: not handed to a connection between pick and bind
+    assert port < procs._ephemeral_low() and procs.free_port_block(6) + 6 <= procs._ephemeral_low()
     with pytest.raises(procs.PortInUse, match="ZONESYNC_X"):
         import socket
 

@@ -97,16 +97,32 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
         return False
 
 
+def _ephemeral_low(default: int = 32768) -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port for a listener started a little later (see free_port_block)."""
+    return free_port_block(1)
 
 
-def free_port_block(count: int, lo: int = 30000, hi: int = 60000) -> int:
-    """The first port of `count` consecutive free ports (for private test/bench envs)."""
+def free_port_block(count: int, lo: int = 20000, hi: int | None = None) -> int:
+    """The first port of `count` consecutive free ports (for private test/bench envs).
+
+    Chosen below the kernel's ephemeral range (ip_local_port_range, 32768+ here): a
+    port is picked now and bound seconds later (a server's start-up), and in between
+    any outgoing connection or port-0 listener (the dev broker's) may be handed an
+    ephemeral port. One such collision made Airflow's API server fail to bind.
+    """
     import random
 
+    hi = min(hi or 65535, _ephemeral_low())
+    if hi - count <= lo:  # an ephemeral range that starts low: nothing below it to use
+        hi = 60000
     for _ in range(200):
         base = random.randrange(lo, hi - count)
         if all(port_free(base + i) for i in range(count)):
