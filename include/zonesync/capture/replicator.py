@@ -49,7 +49,6 @@ from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.capture.event import (
     DELETE,
     INSERT,
-    MAX_ROWS_PER_EVENT,
     UPDATE,
     ChangeEvent,
     encode_row,
@@ -408,7 +407,7 @@ class Replicator:
         fno = file_number(log_file)
         count = len(txn.rows)
         zone, zone_id, partitions = self.zone, self.zone_id, self.partitions
-        table_key, pk_cols, rows_event_pos, lsn_base = None, None, None, 0
+        table_key, pk_cols = None, None
         for index, (schema, table, op, old, new, end_pos, i) in enumerate(txn.rows):
             image = new if new is not None else old
             if (schema, table) != table_key:  # a transaction's rows are mostly of one table
@@ -416,11 +415,7 @@ class Replicator:
             enc_pk = encode_row({c: image[c] for c in pk_cols})
             text = pk_text(enc_pk)
             partition = transport.partition_of(table, text, partitions)
-            if end_pos != rows_event_pos:  # the LSN's range checks, once per rows event
-                rows_event_pos, lsn_base = end_pos, make_lsn(fno, end_pos, 0)
-            if i > MAX_ROWS_PER_EVENT:
-                raise ReplicatorError(f"rows event at {log_file}:{end_pos} holds more than {MAX_ROWS_PER_EVENT} rows")
-            lsn = lsn_base | i
+            lsn = make_lsn(fno, end_pos, i)
             is_retry = lsn <= hwm
             prev_lsn = partition_lsns.get(partition, 0)
             partition_lsns[partition] = lsn
