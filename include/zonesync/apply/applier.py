@@ -168,8 +168,7 @@ class Applier:
         consumer = Consumer({**config, "error_cb": on_error})
         try:
             # the topics' partition count, as the broker has it, then as meta recorded it
-            for source in self.sources:
-                topics.check_broker(consumer, self.topic_of(source), self.partitions)
+            topics.check_broker(consumer, [self.topic_of(s) for s in self.sources], self.partitions)
             topics.check(self.meta, self.sources, self.partitions)
         except BaseException:
             consumer.close()

@@ -258,7 +258,7 @@ class Replicator:
         )
         try:
             # the topic's partition count, as the broker has it, then as meta recorded it
-            topics.check_broker(producer, self.topic, self.partitions)
+            topics.check_broker(producer, [self.topic], self.partitions)
             topics.claim(self.meta, self.zone, self.partitions, chain_partitions)
             stream = LeanBinLogStreamReader(
                 row_decoder=self.rows,

@@ -40,8 +40,8 @@ class BrokerMetadataUnavailable(RuntimeError):
     """Transient: the worker's pass starts over (and never records a count unchecked)."""
 
 
-def check_broker(client, topic: str, partitions: int, timeout: float = 3.0) -> None:
-    """The topic as the broker has it (a producer's or consumer's metadata).
+def check_broker(client, topic_names: list[str], partitions: int, timeout: float = 3.0) -> None:
+    """The topics as the broker has them (a producer's or consumer's metadata, read once).
 
     A topic made with another count (by hand, or before the default changed: compose's
     kafka-init never re-creates an existing topic) is the same mistake, and the broker
@@ -51,17 +51,19 @@ def check_broker(client, topic: str, partitions: int, timeout: float = 3.0) -> N
     it does not have is left to the produce and consume paths, which report it.
     """
     try:
-        found = client.list_topics(timeout=timeout).topics.get(topic)
+        known = client.list_topics(timeout=timeout).topics
     except KafkaException as exc:
         raise BrokerMetadataUnavailable(f"the broker did not describe its topics: {exc}") from None
-    if found is None or found.error is not None:
-        return
-    if len(found.partitions) != partitions:
-        raise PartitionCountMismatch(
-            f"topic {topic} has {len(found.partitions)} partitions on the broker, but ZONESYNC_KAFKA_PARTITIONS is "
-            f"{partitions}: set ZONESYNC_KAFKA_PARTITIONS={len(found.partitions)} (a key's partition depends on "
-            "the count, so a topic cannot be re-partitioned under a live replication chain)."
-        )
+    for topic in topic_names:
+        found = known.get(topic)
+        if found is None or found.error is not None:
+            continue
+        if len(found.partitions) != partitions:
+            raise PartitionCountMismatch(
+                f"topic {topic} has {len(found.partitions)} partitions on the broker, but ZONESYNC_KAFKA_PARTITIONS "
+                f"is {partitions}: set ZONESYNC_KAFKA_PARTITIONS={len(found.partitions)} (a key's partition "
+                "depends on the count, so a topic cannot be re-partitioned under a live replication chain)."
+            )
 
 
 def _meta_run(meta: MetaConfig, sql: str, args) -> list[tuple]:
@@ -83,7 +85,8 @@ def claim(meta: MetaConfig, zone: str, partitions: int, chain_partitions: list[i
     past the count proves the count shrank; a larger count cannot be told apart from
     partitions that had no event yet, so it is recorded with a warning.
     """
-    rows = _meta_run(meta, "SELECT partitions FROM change_topics WHERE zone = %s", (zone,))
+    select = "SELECT partitions FROM change_topics WHERE zone = %s"
+    rows = _meta_run(meta, select, (zone,))
     if not rows:
         beyond = [p for p in chain_partitions if p >= partitions]
         if beyond:
@@ -97,7 +100,9 @@ def claim(meta: MetaConfig, zone: str, partitions: int, chain_partitions: list[i
                 max(chain_partitions),
             )
         _meta_run(meta, "INSERT IGNORE INTO change_topics (zone, partitions) VALUES (%s, %s)", (zone, partitions))
-    check(meta, [zone], partitions)
+        rows = _meta_run(meta, select, (zone,))  # another replicator may have recorded it first
+    if int(rows[0][0]) != partitions:
+        raise _mismatch(zone, int(rows[0][0]), partitions)
 
 
 def check(meta: MetaConfig, zones: list[str], partitions: int) -> None:
