@@ -1,0 +1,129 @@
+"""The writer's tombstone and lock lookups: skipped for a table that has neither,
+and still seeing a tombstone that a local delete committed while the writer waited
+for the row's lock."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.support.replication import reset_state
+from zonesync.apply.writer import ZoneWriter
+from zonesync.capture.event import INSERT, UPDATE, ChangeEvent
+
+pytestmark = pytest.mark.integration
+
+_lsn = iter(range(1000, 10**9, 10))
+
+
+def event(op: str, tenant: int, version: int, old: dict | None = None, name: str = "from a") -> ChangeEvent:
+    lsn = next(_lsn)
+    new = {"tenant_id": tenant, "name": name, "_zs_origin": 1, "_zs_version": version}
+    return ChangeEvent(
+        lsn=lsn,
+        prev_lsn=lsn - 10,
+        source_zone="a",
+        origin_zone=1,
+        table="tenants",
+        pk={"tenant_id": tenant},
+        op=op,
+        old=old,
+        new=new,
+        version=version,
+        txn_id="t",
+        row_index=0,
+        row_count=1,
+        commit_ts=0,
+        partition=0,
+    )
+
+
+@pytest.fixture
+def zone_b(zones, meta):
+    reset_state(zones, meta)
+    writer = ZoneWriter("127.0.0.1", zones["b"].port, "root", "", "zonesync_app")
+    conn = zones["b"].connect()
+    conn.autocommit(True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION skip_replication = 1")
+        yield writer, conn
+    finally:
+        writer.close()
+        conn.close()
+        reset_state(zones, meta)
+
+
+def names(conn) -> dict[int, tuple[str, int]]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT tenant_id, name, _zs_version FROM zonesync_app.tenants")
+        return {t: (n, v) for t, n, v in cur.fetchall()}
+
+
+def test_a_table_without_tombstones_or_locks_takes_its_batch(zone_b):
+    writer, conn = zone_b
+    with conn.cursor() as cur:  # another table's tombstone and lock, under the same pk text
+        cur.execute("INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES ('orders', '[1]', 99)")
+        cur.execute(
+            "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event) VALUES ('orders', '[2]', 'x', '{}')"
+        )
+    result = writer.apply_many([("a", [event(INSERT, 1, 3), event(INSERT, 2, 3)])], [])
+    assert (result.applied, result.skipped) == (2, 0)
+    assert names(conn) == {1: ("from a", 3), 2: ("from a", 3)}
+
+
+def test_a_tombstone_stops_an_older_insert_and_a_lock_holds_an_update(zone_b):
+    writer, conn = zone_b
+    with conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (4, 'old', 1, 1)"
+        )
+        cur.execute("INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES ('tenants', '[7]', 5)")
+        cur.execute(
+            "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event) VALUES ('tenants', '[4]', 'x', '{}')"
+        )
+    old4 = {"tenant_id": 4, "name": "old", "_zs_origin": 1, "_zs_version": 1}
+    batch = [event(INSERT, 7, 5), event(INSERT, 8, 3), event(UPDATE, 4, 2, old=old4), event(INSERT, 9, 6)]
+    result = writer.apply_many([("a", batch)], [])
+    assert (result.applied, result.skipped) == (2, 2)
+    rows = names(conn)
+    assert 7 not in rows, "a tombstone at the insert's version must keep the row deleted"
+    assert rows[4] == ("old", 1), "a locked row takes no change"
+    assert rows[8] == ("from a", 3) and rows[9] == ("from a", 6)
+    with conn.cursor() as cur:
+        cur.execute("SELECT held_events FROM zonesync.row_locks WHERE table_name = 'tenants' AND pk = '[4]'")
+        assert cur.fetchone()[0] == 1
+
+
+def test_a_delete_committed_while_the_writer_waited_for_the_row_is_seen(zone_b, zones):
+    """A local delete (dal/transaction.py) removes the row and writes its tombstone in
+    one transaction. The writer's FOR UPDATE read waits for that transaction; the
+    tombstone probe after it must see the tombstone, though the table had none when
+    the writer's request started, or the older insert would bring the row back."""
+    writer, conn = zone_b
+    with conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (11, 'b', 2, 1)"
+        )
+    local = zones["b"].connect()
+    try:
+        with local.cursor() as cur:
+            cur.execute("SET SESSION skip_replication = 1")
+            cur.execute("BEGIN")
+            cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id = 11")
+            cur.execute("INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES ('tenants', '[11]', 2)")
+        out = {}
+        t = threading.Thread(
+            target=lambda: out.setdefault("r", writer.apply_many([("a", [event(INSERT, 11, 2)])], [])), daemon=True
+        )
+        t.start()
+        time.sleep(0.5)
+        assert t.is_alive(), "the writer should be waiting for the row's lock"
+        local.commit()
+        t.join(10)
+    finally:
+        local.close()
+    assert (out["r"].applied, out["r"].skipped) == (0, 1)
+    assert 11 not in names(conn)
