@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.support.events import change_event
 from tests.support.replication import reset_state
 from zonesync.apply.writer import ZoneWriter
 from zonesync.capture.event import INSERT, UPDATE, ChangeEvent
@@ -19,24 +20,9 @@ _lsn = iter(range(1000, 10**9, 10))
 
 
 def event(op: str, tenant: int, version: int, old: dict | None = None, name: str = "from a") -> ChangeEvent:
-    lsn = next(_lsn)
     new = {"tenant_id": tenant, "name": name, "_zs_origin": 1, "_zs_version": version}
-    return ChangeEvent(
-        lsn=lsn,
-        prev_lsn=lsn - 10,
-        source_zone="a",
-        origin_zone=1,
-        table="tenants",
-        pk={"tenant_id": tenant},
-        op=op,
-        old=old,
-        new=new,
-        version=version,
-        txn_id="t",
-        row_index=0,
-        row_count=1,
-        commit_ts=0,
-        partition=0,
+    return change_event(
+        lsn=next(_lsn), op=op, table="tenants", pk={"tenant_id": tenant}, version=version, old=old, new=new
     )
 
 

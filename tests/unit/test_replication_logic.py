@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from tests.support.events import change_event
 from zonesync.apply.continuity import filter_chain
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
 from zonesync.apply.merge import merge
@@ -27,22 +28,15 @@ pytestmark = pytest.mark.unit
 
 def ev(lsn, prev, op, old=None, new=None, version=None, pk=1):
     image = new if new is not None else old
-    return ChangeEvent(
+    return change_event(
         lsn=lsn,
         prev_lsn=prev,
-        source_zone="a",
-        origin_zone=1,
+        op=op,
         table="t",
         pk={"id": pk},
-        op=op,
         old=old,
         new=new,
         version=version if version is not None else image["_zs_version"],
-        txn_id="x",
-        row_index=0,
-        row_count=1,
-        commit_ts=0,
-        partition=0,
     )
 
 
