@@ -239,17 +239,14 @@ class ZoneWriter:
             f"EXISTS (SELECT 1 FROM zonesync.row_locks WHERE table_name = {name})"
         )
         targets: dict[str, dict] = {}
-        cur.execute(";\n".join(reads))
-        for n in range(len(reads) - 1):
-            if n:
-                cur.nextset()
-            rows = cur.fetchall()
+        sets = _result_sets(cur, reads)
+        for _ in range(len(reads) - 1):
+            rows = next(sets)
             names = [d[0] for d in cur.description]
             for row in rows:
                 record = encode_row(dict(zip(names, row, strict=True)))
                 targets[pk_text({c: record[c] for c in pk_cols})] = record
-        cur.nextset()
-        any_tombstone, any_lock = (bool(v) for v in cur.fetchone())
+        ((any_tombstone, any_lock),) = next(sets)
         tombstones: dict[str, int] = {}
         locks: dict[str, int] = {}
         if not (any_tombstone or any_lock):
@@ -267,11 +264,8 @@ class ZoneWriter:
                     f"SELECT 'l', pk, held_events FROM zonesync.row_locks WHERE table_name = {name} AND pk IN ({marks})"
                 )
             lookups.append(" UNION ALL ".join(parts))
-        cur.execute(";\n".join(lookups))
-        for n in range(len(lookups)):
-            if n:
-                cur.nextset()
-            for kind, pk, value in cur.fetchall():
+        for rows in _result_sets(cur, lookups):
+            for kind, pk, value in rows:
                 (tombstones if kind == "t" else locks)[pk] = int(value)
         return targets, tombstones, locks
 
@@ -312,6 +306,17 @@ def _ascii_json(event: ChangeEvent) -> str:
     """The event as JSON with \\u escapes: it fits row_locks.first_event whatever the
     `zonesync` database's character set (the wire form is raw UTF-8). Rare: locks only."""
     return json.dumps(json.loads(event.to_json()), separators=(",", ":"))
+
+
+def _result_sets(cur, statements: list[str]):
+    """Run statements as one request; yields each one's rows in order (the cursor's
+    description is that result set's while its rows are being handled). Consume it whole:
+    unread result sets would block the connection's next request."""
+    cur.execute(";\n".join(statements))
+    for n in range(len(statements)):
+        if n:
+            cur.nextset()
+        yield cur.fetchall()
 
 
 def _send(cur, statements: list[str]) -> None:
