@@ -3,6 +3,8 @@
 It consumes the replicators' topics and re-produces every message, in order,
 to a twin topic the applier reads, except for the faults it was told to
 inject once each: drop the n-th message, duplicate it, or swap it with the next.
+`drop_always` drops the n-th message's events for good: in every later message
+too (a resend groups events as it reads them, so it is matched by LSN).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import threading
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+from zonesync.capture.event import decode_message, encode_message
 
 
 class FaultRelay:
@@ -21,7 +25,8 @@ class FaultRelay:
         self.faults = dict(faults)
         self.count = 0
         self.injected: list[tuple[str, int]] = []
-        self.blackholed: set[bytes] = set()
+        self.blackholed: set[int] = set()  # LSNs never passed on
+        self.dropped: list = []  # the events drop_always took out of the stream
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -48,13 +53,19 @@ class FaultRelay:
                 kind = self.faults.pop(self.count, None)
 
                 def send(m, out=out):
-                    producer.produce(out, key=m.key(), value=m.value(), partition=m.partition())
+                    value = m.value()
+                    if self.blackholed:
+                        events = decode_message(value)
+                        kept = [e for e in events if e.lsn not in self.blackholed]
+                        if not kept:
+                            return
+                        if len(kept) < len(events):
+                            value = encode_message(kept)
+                    producer.produce(out, key=m.key(), value=value, partition=m.partition())
 
-                if msg.value() in self.blackholed:
-                    continue
                 if kind == "drop_always":
-                    self.blackholed.add(msg.value().replace(b'"is_retry":false', b'"is_retry":true'))
-                    self.blackholed.add(msg.value().replace(b'"is_retry":true', b'"is_retry":false'))
+                    self.dropped = decode_message(msg.value())
+                    self.blackholed.update(e.lsn for e in self.dropped)
                     self.injected.append((kind, self.count))
                     continue
                 if held is not None:

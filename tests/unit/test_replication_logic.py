@@ -14,9 +14,13 @@ from zonesync.apply.continuity import filter_chain
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
 from zonesync.apply.merge import merge
 from zonesync.capture.event import (
+    MAX_MESSAGE_BYTES,
     ChangeEvent,
     EventError,
+    decode_message,
     decode_row,
+    encode_message,
+    encode_messages,
     encode_row,
     file_number,
     make_lsn,
@@ -145,6 +149,70 @@ def test_fast_and_checked_decoding_agree():
         fast = ChangeEvent.from_json(raw)
         assert fast == checked, name
         assert type(fast.origin_zone) is type(checked.origin_zone), name
+
+
+def test_a_message_carries_a_partitions_events_in_order():
+    events = [
+        ev(5, 0, "insert", new=row(1)),
+        ev(6, 5, "update", old=row(1), new=row(2, "é")),
+        ev(7, 6, "delete", old=row(2, "é"), version=3),
+    ]
+    raw = encode_message(events)
+    assert raw.startswith(b"[") and json.loads(raw)[1]["lsn"] == 6
+    assert decode_message(raw) == events
+    # a lone event document (replicators before batching wrote one per message)
+    assert decode_message(events[0].to_json()) == events[:1]
+
+
+def test_wide_rows_are_split_across_messages_below_the_size_limit():
+    wide = [ev(i, i - 1, "insert", new={**row(i), "blob": "x" * 300_000}) for i in range(1, 8)]
+    payloads = encode_messages(wide)
+    assert len(payloads) > 1 and all(len(p) <= MAX_MESSAGE_BYTES for p in payloads)
+    assert [e for p in payloads for e in decode_message(p)] == wide, "every event once, in order"
+    assert encode_messages(wide[:2]) == [encode_message(wide[:2])], "small enough: one message"
+    huge = [ev(1, 0, "insert", new={**row(1), "blob": "x" * (MAX_MESSAGE_BYTES + 1)})]
+    assert encode_messages(huge) == [encode_message(huge)], "one event is never split"
+
+
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda raw: b"[]", "non-empty JSON array"),
+        (lambda raw: b"[1]", "event 0 of the message: event is not a JSON object"),
+        (lambda raw: raw.replace(b'"op":"update"', b'"op":"upsert"'), "event 1 of the message: op 'upsert'"),
+        (lambda raw: raw.replace(b'"lsn":7', b'"lsn":"7"'), "event 2 of the message: lsn must be an integer"),
+        (lambda raw: raw[:-5], "not JSON"),
+        (lambda raw: raw.replace(b'"lsn":5', b'"lsn":5,"x":"\xff"'), "not JSON"),
+        (lambda raw: None, "message value of NoneType"),
+    ],
+)
+def test_malformed_messages_are_named(mutate, words):
+    events = [
+        ev(5, 0, "insert", new=row(1)),
+        ev(6, 5, "update", old=row(1), new=row(2)),
+        ev(7, 6, "delete", old=row(2), version=3),
+    ]
+    raw = mutate(encode_message(events))
+    with pytest.raises(EventError, match=words):
+        decode_message(raw)
+
+
+def test_a_message_decodes_as_its_events_do_one_by_one():
+    """The typed decoder reads a whole message; whatever it refuses goes through the
+    checks event by event: both must give what decoding each event alone gives."""
+    good = [ev(5, 0, "update", old=row(3, "é"), new=row(4, "ü\u2603")), ev(6, 5, "insert", new=row(9, pk=2), pk=2)]
+    variants = {
+        "as written": lambda d: d,
+        "origin as text": lambda d: d.replace(b'"origin_zone":1', b'"origin_zone":"1"'),
+        "insert with an old row": lambda d: d.replace(b'"op":"update"', b'"op":"insert"'),
+        "extra field": lambda d: d.replace(b'"lsn":6', b'"lsn":6,"added":1'),
+    }
+    for name, change in variants.items():
+        docs = [change(e.to_json()) for e in good]
+        one_by_one = [ChangeEvent.from_json(d) for d in docs]
+        batch = decode_message(b"[" + b",".join(docs) + b"]")
+        assert batch == one_by_one, name
+        assert [type(e.origin_zone) for e in batch] == [type(e.origin_zone) for e in one_by_one], name
 
 
 def test_merge_per_key():

@@ -7,8 +7,9 @@ Protocol:
    are assigned at offset + 1 (the broker restarted empty: from its start);
    consumer-group offsets are never used. Halted partitions stay halted.
 2. Low-latency loop: block on poll() for the first message (returns at once
-   when one arrives), then drain what is already fetched; never wait out a
-   batch timeout while idle.
+   when one arrives), then drain what is already fetched, up to about
+   `max_batch` events (a message carries a partition's burst of events);
+   never wait out a batch timeout while idle.
 3. Continuity (continuity.py): per partition, skip what is applied, accept the
    successor chain, and on a gap accept nothing more from that partition, ask
    the source's replicator for a resend (a row in meta), ask again after
@@ -41,7 +42,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from zonesync import transport
 from zonesync.apply.continuity import PartitionState, filter_chain
 from zonesync.apply.writer import ZoneWriter
-from zonesync.capture.event import ChangeEvent, EventError
+from zonesync.capture.event import ChangeEvent, EventError, decode_message
 from zonesync.meta import topics
 from zonesync.meta.db import MetaConfig
 
@@ -90,6 +91,7 @@ class Applier:
         self._writers: list[ZoneWriter] = []
         self._last_commit_ts: dict[tuple[str, int], int] = {}
         self._offsets: dict[tuple[str, int], int] = {}
+        self._per_message: dict[tuple[str, int], float] = {}  # recent events per message
 
     # -- meta side -----------------------------------------------------------
     def alert(self, kind: str, detail: dict) -> None:
@@ -185,30 +187,18 @@ class Applier:
         last_lag = 0.0
         try:
             while not self.stopping and (deadline is None or time.monotonic() < deadline):
-                first = consumer.poll(0.05)
-                msgs = [first] if first is not None else []
-                if first is not None:
-                    msgs += consumer.consume(num_messages=self.max_batch, timeout=0)
                 by_partition: dict[tuple[str, int], list[tuple[ChangeEvent, int]]] = {}
-                decode, source_of, state = ChangeEvent.from_json, self._source_of_topic, self.state
+                first = consumer.poll(0.05)
                 delivered = False
-                for msg in msgs:
-                    if msg.error():
-                        continue
-                    delivered = True
-                    key = (source_of[msg.topic()], msg.partition())
-                    st = state.get(key)
-                    if st is None or st.halted:
-                        continue
-                    try:
-                        event = decode(msg.value())
-                    except EventError as exc:
-                        self._halt(consumer, key, f"malformed event at offset {msg.offset()}: {exc}")
-                        continue
-                    chain = by_partition.get(key)
-                    if chain is None:
-                        chain = by_partition[key] = []
-                    chain.append((event, msg.offset()))
+                if first is not None:
+                    # what is already fetched, up to about max_batch events (a message holds many)
+                    events, delivered = self._take([first], by_partition, consumer)
+                    while events < self.max_batch:
+                        more = consumer.consume(num_messages=64, timeout=0)
+                        if not more:
+                            break
+                        n, got = self._take(more, by_partition, consumer)
+                        events, delivered = events + n, delivered or got
                 if delivered:
                     down["since"] = None
                 if down["since"] and time.monotonic() - down["since"] > 5:
@@ -246,6 +236,37 @@ class Applier:
         finally:
             pool.shutdown(wait=True)
             consumer.close()
+
+    def _take(self, msgs, by_partition: dict, consumer) -> tuple[int, bool]:
+        """Decode messages into their partitions' chains: (events taken, any delivered).
+
+        Each event keeps the offset of the message it came in: a round applies whole
+        messages (a gap inside one stops the chain there, and what follows comes again
+        with the resend), so apply_state's offset + 1 is where the next message starts.
+        """
+        decode, source_of, state = decode_message, self._source_of_topic, self.state
+        events, delivered = 0, False
+        for msg in msgs:
+            if msg.error():
+                continue
+            delivered = True
+            key = (source_of[msg.topic()], msg.partition())
+            st = state.get(key)
+            if st is None or st.halted:
+                continue
+            offset = msg.offset()
+            try:
+                batch = decode(msg.value())
+            except EventError as exc:
+                self._halt(consumer, key, f"malformed message at offset {offset}: {exc}")
+                continue
+            chain = by_partition.get(key)
+            if chain is None:
+                chain = by_partition[key] = []
+            chain += [(event, offset) for event in batch]
+            events += len(batch)
+            self._per_message[key] = 0.9 * self._per_message.get(key, 1.0) + 0.1 * len(batch)
+        return events, delivered
 
     def _run_round(self, pool, shares: list[list]) -> None:
         """Apply one round: weight levels in ascending order (Otter's 权重), the workers'
@@ -361,7 +382,10 @@ class Applier:
                     continue
             except Exception:  # noqa: BLE001 - lag is best effort
                 continue
-            behind = max(0, high - (self._offsets.get((source, partition), -1) + 1))
+            # Kafka counts messages; a message holds one event or a burst of them: the
+            # events behind are estimated from the recent events per message
+            messages = max(0, high - (self._offsets.get((source, partition), -1) + 1))
+            behind = round(messages * self._per_message.get((source, partition), 1.0))
             last_ts = self._last_commit_ts.get((source, partition))
             seconds = 0.0 if behind == 0 or last_ts is None else max(0.0, now - last_ts)
             rows.append((source, self.zone, partition, st.applied_lsn, behind, seconds))

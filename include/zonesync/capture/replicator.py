@@ -12,11 +12,17 @@ Protocol, one pass of `run()`:
    by session, not by the row's _zs_origin: a row last written in zone a,
    now owned by b and deleted in b, is deleted by b's guard, so b publishes it.
 4. At Xid: each row becomes a ChangeEvent with its deterministic LSN and the
-   prev_lsn of its partition, produced with the idempotent producer.
+   prev_lsn of its partition, queued for its partition. A partition's queue
+   is produced as one message (event.py: a JSON array, in LSN order) when it
+   holds MAX_MESSAGE_EVENTS, and every queue is produced when the binlog has
+   nothing more ready (the end of a burst: a quiet stream sends each
+   transaction at once), after `max_linger`, and before a checkpoint is taken.
+   The producer is idempotent: retries never duplicate or reorder a message.
 5. Checkpoint: every `checkpoint_interval` (or when idle) the position after
    the last Xid, with the per-partition last LSNs, is taken together with how
-   many events each partition had been given; it is saved only once the broker
-   acked that many in every partition (acks arrive in order per partition).
+   many messages each partition had been given; it is saved only once the
+   broker acked that many in every partition (acks arrive in order per
+   partition).
    Reading never waits for the broker: a crash loses only unsaved checkpoints,
    and restarting from an older one re-publishes the same LSNs.
 6. Resend: pending requests in meta rewind the reader to the newest checkpoint
@@ -49,8 +55,10 @@ from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.capture.event import (
     DELETE,
     INSERT,
+    MAX_MESSAGE_EVENTS,
     UPDATE,
     ChangeEvent,
+    encode_messages,
     encode_row,
     file_number,
     make_lsn,
@@ -116,6 +124,7 @@ class Replicator:
         checkpoint_interval: float = 0.1,
         resend_poll: float = 0.25,
         topic_of=transport.topic,
+        max_linger: float = 0.005,
     ):
         self.zone = zone
         self.zone_id = zone_id
@@ -125,6 +134,7 @@ class Replicator:
         self.partitions = partitions
         self.bootstrap = bootstrap
         self.checkpoint_interval = checkpoint_interval
+        self.max_linger = max_linger
         self.resend_poll = resend_poll
         self.store = CheckpointStore(meta, zone)
         self.topic = topic_of(zone)
@@ -238,6 +248,8 @@ class Replicator:
         # checkpoint C, for every p" proves that everything up to C is stored.
         produced = [0] * self.partitions
         acked = [0] * self.partitions
+        pending: dict[int, list[ChangeEvent]] = {}  # events read, not yet produced, per partition
+        pending_since = 0.0
 
         def on_delivery(err, msg):
             if err is not None:
@@ -327,6 +339,8 @@ class Replicator:
                     )
                 elif isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() == "COMMIT"):
                     if txn is not None and txn.rows and not txn.skip:
+                        if not pending:
+                            pending_since = time.monotonic()
                         hwm = self._publish_txn(
                             producer,
                             txn,
@@ -336,7 +350,10 @@ class Replicator:
                             hwm,
                             retry_partitions,
                             produced,
+                            pending,
                         )
+                        if pending and (not stream.data_ready() or time.monotonic() - pending_since >= self.max_linger):
+                            self._flush(producer, pending, produced)
                     txn = None
                     boundary = (log_file, ev.packet.log_pos)
                     boundary_dirty = True
@@ -373,7 +390,7 @@ class Replicator:
                     boundary_dirty = True
                 if boundary_dirty and (idle or now - last_cp_time >= self.checkpoint_interval):
                     # take a checkpoint at the last commit; it is saved once the broker acked it
-                    in_flight.append(self._noted(boundary, partition_lsns, hwm, produced))
+                    in_flight.append(self._noted(producer, pending, boundary, partition_lsns, hwm, produced))
                     boundary_dirty = False
                     last_cp_time = now
                 if in_flight and txn is None:  # (between transactions: once per transaction, not per event)
@@ -382,6 +399,7 @@ class Replicator:
                 if resend_ids and hwm >= retry_until and not boundary_dirty:
                     # everything up to the old high-water mark was re-published: once the
                     # broker acked it, the resend is served
+                    self._flush(producer, pending, produced)
                     if producer.flush(5) == 0 and not errors:
                         self._save_acked(in_flight, acked, errors)
                         self._finish_requests(resend_ids, "done", f"resent up to LSN {hwm}")
@@ -393,17 +411,22 @@ class Replicator:
                 if now - last_request_poll >= self.resend_poll and txn is None:
                     last_request_poll = now
                     if self._pending_resends():
+                        self._flush(producer, pending, produced)
                         self._drain(producer, in_flight, acked, errors)
                         return  # start a new pass that rewinds for the request
             if boundary_dirty:
-                in_flight.append(self._noted(boundary, partition_lsns, hwm, produced))
+                in_flight.append(self._noted(producer, pending, boundary, partition_lsns, hwm, produced))
+            self._flush(producer, pending, produced)
             self._drain(producer, in_flight, acked, errors)
         finally:
             stream.close()
             producer.flush(10)
 
-    def _publish_txn(self, producer, txn, log_file, commit_ts, partition_lsns, hwm, retry_partitions, produced) -> int:
-        """Step 4: one committed transaction's rows as ChangeEvents; returns the new high-water mark."""
+    def _publish_txn(
+        self, producer, txn, log_file, commit_ts, partition_lsns, hwm, retry_partitions, produced, pending
+    ) -> int:
+        """Step 4: one committed transaction's rows as ChangeEvents, queued per partition
+        (a full queue is produced at once); returns the new high-water mark."""
         fno = file_number(log_file)
         count = len(txn.rows)
         zone, zone_id, partitions = self.zone, self.zone_id, self.partitions
@@ -421,7 +444,7 @@ class Replicator:
             partition_lsns[partition] = lsn
             if is_retry and retry_partitions is not None and partition not in retry_partitions:
                 continue
-            payload = ChangeEvent(
+            event = ChangeEvent(
                 lsn=lsn,
                 prev_lsn=prev_lsn,
                 source_zone=zone,
@@ -440,15 +463,29 @@ class Replicator:
                 commit_ts=commit_ts,
                 partition=partition,
                 is_retry=is_retry,
-            ).to_json()
-            self._produce(producer, payload, f"{table}:{text}".encode(), partition)
-            produced[partition] += 1
+            )
+            queue = pending.get(partition)
+            if queue is None:
+                pending[partition] = [event]
+            else:
+                queue.append(event)
+                if len(queue) >= MAX_MESSAGE_EVENTS:
+                    produced[partition] += self._produce(producer, queue, partition)
+                    del pending[partition]
             if lsn > hwm:
                 hwm = lsn
         return hwm
 
-    def _noted(self, boundary, partition_lsns, hwm, produced) -> tuple[Checkpoint, list[int]]:
-        """A checkpoint at `boundary`, with how many events each partition had been given."""
+    def _flush(self, producer: Producer, pending: dict, produced: list[int]) -> None:
+        """Every partition's queued events, one message per partition."""
+        for partition, events in pending.items():
+            produced[partition] += self._produce(producer, events, partition)
+        pending.clear()
+
+    def _noted(self, producer, pending, boundary, partition_lsns, hwm, produced) -> tuple[Checkpoint, list[int]]:
+        """A checkpoint at `boundary`, with how many messages each partition had been given
+        (everything read up to it is produced first: a checkpoint never covers queued events)."""
+        self._flush(producer, pending, produced)
         lsn = max(partition_lsns.values(), default=0)
         return Checkpoint(self.zone, lsn, boundary[0], boundary[1], dict(partition_lsns), hwm), list(produced)
 
@@ -466,13 +503,19 @@ class Replicator:
             raise ReplicatorError(f"broker did not ack {remaining} events ({errors[:1]}): checkpoint not advanced")
         self._save_acked(in_flight, acked, errors)
 
-    def _produce(self, producer: Producer, payload: bytes, key: bytes, partition: int) -> None:
-        while True:
-            try:
-                producer.produce(self.topic, value=payload, key=key, partition=partition)
-                break
-            except BufferError:
-                producer.poll(0.05)
-            except KafkaException as exc:
-                raise ReplicatorError(f"produce failed: {exc}") from exc
-        self.published += 1
+    def _produce(self, producer: Producer, events: list[ChangeEvent], partition: int) -> int:
+        """Produce a partition's events, in order; returns how many messages that took."""
+        payloads = encode_messages(events)
+        for payload in payloads:
+            # No key: the partition is chosen here (transport.partition_of, per row), and a
+            # message holds many rows.
+            while True:
+                try:
+                    producer.produce(self.topic, value=payload, partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+                except KafkaException as exc:
+                    raise ReplicatorError(f"produce failed: {exc}") from exc
+        self.published += len(events)
+        return len(payloads)
