@@ -113,3 +113,44 @@ def test_a_delete_committed_while_the_writer_waited_for_the_row_is_seen(zone_b, 
         local.close()
     assert (out["r"].applied, out["r"].skipped) == (0, 1)
     assert 11 not in names(conn)
+
+
+# -- new rows: a plain INSERT ahead of the reads, for a table without tombstones or locks --
+def test_new_rows_skip_the_read_and_existing_keys_fall_back_to_deciding_row_by_row(zone_b):
+    writer, conn = zone_b
+    result = writer.apply_many([("a", [event(INSERT, 1, 3), event(INSERT, 2, 3)])], [])
+    assert (result.applied, result.new_rows) == (2, 2), "new rows of a clean table are written without a read"
+    with conn.cursor() as cur:  # a newer row 3 already in the target (a local write)
+        cur.execute(
+            "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (3, 'local', 2, 9)"
+        )
+    # Row 3 exists: the INSERT fails on it, the transaction is applied again read-first,
+    # and the older insert of 3 is skipped while 4 and the newer 1 land.
+    batch = [event(INSERT, 3, 5), event(INSERT, 4, 1), event(INSERT, 1, 7, name="newer")]
+    result = writer.apply_many([("a", batch)], [])
+    assert (result.applied, result.skipped, result.new_rows) == (2, 1, 0)
+    assert names(conn) == {1: ("newer", 7), 2: ("from a", 3), 3: ("local", 9), 4: ("from a", 1)}
+    result = writer.apply_many([("a", [event(INSERT, 3, 10, name="newest"), event(INSERT, 5, 1)])], [])
+    assert (result.applied, result.skipped) == (2, 0)
+    assert names(conn)[3] == ("newest", 10), "a newer insert of an existing row still lands"
+
+
+def test_a_tombstone_written_after_the_writer_last_looked_still_stops_a_new_row(zone_b):
+    """The writer remembers that a table had no tombstones: only a hint. A delete in the
+    target since then (dal/transaction.py writes its tombstone) must still keep an older
+    insert of that row out: the question asked after the INSERT sees the tombstone, and
+    the batch is applied again read-first."""
+    writer, conn = zone_b
+    assert writer.apply_many([("a", [event(INSERT, 1, 1)])], []).new_rows == 1
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES ('tenants', '[7]', 5)")
+    result = writer.apply_many([("a", [event(INSERT, 7, 4), event(INSERT, 8, 1)])], [])
+    assert (result.applied, result.skipped, result.new_rows) == (1, 1, 0)
+    assert 7 not in names(conn), "the tombstone outranks the insert: the row stays deleted"
+    assert names(conn)[8] == ("from a", 1)
+    # while the table has a tombstone, its new rows are read first (no retry each batch)
+    assert writer.apply_many([("a", [event(INSERT, 9, 1)])], []).new_rows == 0
+    with conn.cursor() as cur:
+        cur.execute("DELETE FROM zonesync.tombstones")
+    writer.apply_many([("a", [event(INSERT, 10, 1)])], [])  # looks again: the table is clean
+    assert writer.apply_many([("a", [event(INSERT, 11, 1)])], []).new_rows == 1

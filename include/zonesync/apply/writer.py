@@ -5,7 +5,8 @@ source's replicator never publishes what we write: no loops):
 
 1. merge the batch per primary key;
 2. read the target rows FOR UPDATE, then their tombstones and their locks
-   (looked up only when the table has any);
+   (looked up only when the table has any). New rows skip the read: see
+   "New rows" below;
 3. decide per row (decide.py): upsert, delete + tombstone, tombstone, skip, lock;
 4. write: multi-row upserts carrying the event's _zs_origin and _zs_version,
    deletes, tombstones, new locks (and count events held by old locks);
@@ -15,6 +16,19 @@ source's replicator never publishes what we write: no loops):
 Because step 5 commits with the rows, a crash anywhere leaves either the
 whole batch and its position, or neither: restart re-applies from the recorded
 position, and the version checks make any overlap a no-op.
+
+New rows. A change that starts with an insert and ends with a row needs no
+old-row check, only "no newer row, tombstone or lock". For a table whose last
+look found no tombstone and no locked row, such changes are written as a
+plain INSERT in the first request, before the reads of the other keys, and
+the same request asks again whether the table has any tombstone or locked
+row. The INSERT fails on any key that exists (a row of the target, one just
+written by another source's events or by a local writer); the question,
+asked after the INSERT took its row locks, sees any tombstone committed before
+them (a later local delete waits for our commit). Either outcome rolls the
+transaction back and applies it again the read-first way, which decides row
+by row. Bulk loads of new rows (a catch-up, a migration) thereby cost the
+target one INSERT per row instead of a locking read and an upsert.
 """
 
 from __future__ import annotations
@@ -29,7 +43,7 @@ from pymysql.constants import CLIENT
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
 from zonesync.apply.literals import literal_function
 from zonesync.apply.merge import NetChange, merge
-from zonesync.capture.event import ChangeEvent, decode_row, encode_row, pk_text
+from zonesync.capture.event import INSERT, ChangeEvent, decode_row, encode_row, pk_text
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
@@ -38,11 +52,17 @@ class ApplyError(RuntimeError):
     pass
 
 
+class _NotAllNew(Exception):
+    """The new-rows INSERT met an existing key, or the table has tombstones or locked
+    rows after all: roll back and apply the batch the read-first way."""
+
+
 @dataclass
 class BatchResult:
     applied: int = 0
     skipped: int = 0
     locked: list[tuple[str, str, str, str]] = field(default_factory=list)  # (source, table, pk, reason)
+    new_rows: int = 0  # of the applied: rows written as new, without reading the target first
 
 
 def q(name: str) -> str:
@@ -59,6 +79,9 @@ class ZoneWriter:
         self.database = database
         self.conn = None
         self._pks: dict[str, list[str]] = {}
+        # Tables whose last look found a tombstone or a locked row: their new rows are
+        # read first (a hint only: correctness comes from asking after the INSERT).
+        self._marked: set[str] = set()
 
     def connect(self):
         if self.conn is None:
@@ -106,13 +129,22 @@ class ZoneWriter:
         them): a crash in between re-applies those rows, and their versions make that
         a no-op. A deadlock or lock-wait timeout retries the whole transaction.
         """
-        for attempt in range(6):
+        read_first = False
+        for attempt in range(7):
             conn = self.connect()
             try:
-                return self._apply(conn, changes, positions)  # commits (its last statement)
+                return self._apply(conn, changes, positions, read_first)  # commits (its last statement)
+            except _NotAllNew:
+                self._rollback(conn)
+                read_first = True
+            except pymysql.err.IntegrityError as exc:
+                self._rollback(conn)
+                if exc.args[0] != 1062 or read_first:
+                    raise
+                read_first = True  # the new-rows INSERT met an existing key
             except pymysql.err.OperationalError as exc:
                 self._rollback(conn)
-                if exc.args[0] not in (1205, 1213) or attempt == 5:
+                if exc.args[0] not in (1205, 1213) or attempt == 6:
                     raise
             except BaseException:
                 self._rollback(conn)
@@ -125,7 +157,7 @@ class ZoneWriter:
         except pymysql.err.Error:
             self.close()
 
-    def _apply(self, conn, changes, positions) -> BatchResult:
+    def _apply(self, conn, changes, positions, read_first: bool = False) -> BatchResult:
         """Steps 1-6 in two round trips for a round of one source and table: one
         request for the reads, one for every write, the positions and COMMIT (a third,
         the tombstone and lock lookups, when the table has tombstones or locked rows)."""
@@ -146,7 +178,7 @@ class ZoneWriter:
                     by_table.setdefault(change.table, []).append(change)
                 for table, net in by_table.items():
                     _send(cur, writes)
-                    writes = self._apply_table(cur, lit, source_zone, table, net, result)
+                    writes = self._apply_table(cur, lit, source_zone, table, net, result, read_first)
             if positions:
                 writes.append(
                     "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) VALUES "
@@ -157,16 +189,32 @@ class ZoneWriter:
             _send(cur, writes)
         return result
 
-    def _apply_table(self, cur, lit, source_zone: str, table: str, changes: list[NetChange], result) -> list[str]:
+    def _apply_table(
+        self, cur, lit, source_zone: str, table: str, changes: list[NetChange], result, read_first: bool
+    ) -> list[str]:
         """Read, decide; returns the write statements (not yet sent)."""
         pk_cols = self.primary_key(table)
         columns = set(pk_cols)
         for change in changes:
             if change.pk.keys() != columns:
                 raise ApplyError(f"event for {table} keyed by {sorted(change.pk)}, but its primary key is {pk_cols}")
+        first: list[str] = []  # sent ahead of the reads: the new rows' INSERT
+        if not read_first and table not in self._marked:
+            new_rows = [c for c in changes if c.first_op == INSERT and c.new is not None]
+            if new_rows:
+                changes = [c for c in changes if c.first_op != INSERT or c.new is None]
+                first = _inserts(lit, table, [decode_row(c.new) for c in new_rows])
+                result.applied += sum(c.events for c in new_rows)
+                result.new_rows += len(new_rows)
         keys = [tuple([pk[k] for k in pk_cols]) for pk in [decode_row(c.pk) for c in changes]]
         texts = [c.pk_text for c in changes]
-        targets, tombstones, locks = self._read(cur, lit, table, pk_cols, keys, texts)
+        targets, tombstones, locks, marked = self._read(cur, lit, table, pk_cols, keys, texts, first)
+        if marked:
+            self._marked.add(table)
+            if first:
+                raise _NotAllNew(table)
+        else:
+            self._marked.discard(table)
 
         writes: list[str] = []
         upserts: list[dict] = []
@@ -215,9 +263,10 @@ class ZoneWriter:
             )
         return writes
 
-    def _read(self, cur, lit, table, pk_cols, keys, texts):
-        """The target rows (locked FOR UPDATE), their tombstones' versions and the held
-        counts of locked rows, by pk text.
+    def _read(self, cur, lit, table, pk_cols, keys, texts, first: list[str]):
+        """The target rows (locked FOR UPDATE), their tombstones' versions, the held
+        counts of locked rows, by pk text, and whether the table has any tombstone or
+        locked row. `first` (the new rows' INSERT) runs ahead of it all, in the same request.
 
         The first request reads the target rows and asks whether the table has any
         tombstone or locked row at all; only when it does, a second request looks the
@@ -229,7 +278,7 @@ class ZoneWriter:
         probe or the lookup after it sees that tombstone. Nothing is cached between
         batches: another process may write a tombstone at any moment.
         """
-        reads: list[str] = []
+        reads: list[str] = list(first)
         for start in range(0, len(keys), 500):
             cond = _key_condition(lit, pk_cols, keys[start : start + 500])
             reads.append(f"SELECT * FROM {q(table)} WHERE {cond} FOR UPDATE")
@@ -240,7 +289,9 @@ class ZoneWriter:
         )
         targets: dict[str, dict] = {}
         sets = _result_sets(cur, reads)
-        for _ in range(len(reads) - 1):
+        for _ in first:
+            next(sets)
+        for _ in range(len(reads) - len(first) - 1):
             rows = next(sets)
             names = [d[0] for d in cur.description]
             for row in rows:
@@ -249,8 +300,9 @@ class ZoneWriter:
         ((any_tombstone, any_lock),) = next(sets)
         tombstones: dict[str, int] = {}
         locks: dict[str, int] = {}
-        if not (any_tombstone or any_lock):
-            return targets, tombstones, locks
+        marked = bool(any_tombstone or any_lock)
+        if not marked or not keys:
+            return targets, tombstones, locks, marked
         lookups: list[str] = []
         for start in range(0, len(texts), 500):
             marks = ", ".join([lit(t) for t in texts[start : start + 500]])
@@ -267,7 +319,7 @@ class ZoneWriter:
         for rows in _result_sets(cur, lookups):
             for kind, pk, value in rows:
                 (tombstones if kind == "t" else locks)[pk] = int(value)
-        return targets, tombstones, locks
+        return targets, tombstones, locks, marked
 
     def state(self) -> dict[tuple[str, int], tuple[int, int, str]]:
         """(source zone, partition) -> (applied LSN, Kafka offset, status)."""
@@ -333,17 +385,28 @@ def _send(cur, statements: list[str]) -> None:
 def _upserts(lit, table: str, rows: list[dict]) -> list[str]:
     """Multi-row upserts carrying the event's _zs_origin and _zs_version; one per
     column set (rows of one table normally share it) and 500 rows."""
+    return _multi_row(lit, table, rows, upsert=True)
+
+
+def _inserts(lit, table: str, rows: list[dict]) -> list[str]:
+    """Multi-row plain INSERTs of new rows: any existing key fails the statement."""
+    return _multi_row(lit, table, rows, upsert=False)
+
+
+def _multi_row(lit, table: str, rows: list[dict], upsert: bool) -> list[str]:
     groups: dict[tuple[str, ...], list[dict]] = {}
     for row in rows:
         groups.setdefault(tuple(row), []).append(row)
     out = []
     for cols, group in groups.items():
         col_sql = ", ".join(q(c) for c in cols)
-        updates = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in cols)
+        tail = ""
+        if upsert:
+            tail = " ON DUPLICATE KEY UPDATE " + ", ".join(f"{q(c)} = VALUES({q(c)})" for c in cols)
         for start in range(0, len(group), 500):
             # a group's rows have their columns in the order of `cols` (that is the group's key)
             values = ", ".join(["(" + ", ".join(map(lit, row.values())) + ")" for row in group[start : start + 500]])
-            out.append(f"INSERT INTO {q(table)} ({col_sql}) VALUES {values} ON DUPLICATE KEY UPDATE {updates}")
+            out.append(f"INSERT INTO {q(table)} ({col_sql}) VALUES {values}{tail}")
     return out
 
 
