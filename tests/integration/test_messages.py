@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.support.replication import Cluster, reset_state
+from tests.support.replication import Cluster, reset_state, wait_converged
 from zonesync.capture.event import decode_message
 
 pytestmark = pytest.mark.integration
@@ -64,3 +64,29 @@ def test_a_burst_travels_as_few_messages_with_each_partitions_chain_whole(meta, 
                 assert e.prev_lsn == prev, "each event follows the one before it in its partition"
                 assert e.lsn > prev
                 prev = e.lsn
+
+
+def test_lag_is_reported_per_partition_and_drops_to_zero_after_a_burst(cluster, guard_env, zones, meta):
+    """Zone b's applier is down while zone a writes a burst (several events per message);
+    once it caught up, every partition of a -> b reports its last LSN, nothing behind."""
+    cluster.stop("applier-b")
+    guard = guard_env("a")
+    for t in range(40):
+        with guard.transaction() as tx:
+            tx.insert("tenants", {"tenant_id": t, "name": f"n{t}"})
+    last = {p: batches[-1][-1].lsn for p, batches in _read_all(cluster, 40).items() if batches}
+    assert len(last) > 1, "the burst spans several partitions"
+    cluster.start(which=("applier",), zones=("b",))
+    wait_converged(zones, ("tenants",))
+    want = {p: (lsn, 0, 0.0) for p, lsn in last.items()}
+    deadline = time.monotonic() + 10
+    while True:
+        rows, _ = meta.run(
+            "SELECT partition_no, applied_lsn, behind_events, behind_seconds FROM apply_lag "
+            "WHERE source_zone = 'a' AND target_zone = 'b'"
+        )
+        reported = {int(p): (int(lsn), int(ev), float(sec)) for p, lsn, ev, sec in rows}
+        if {p: reported.get(p) for p in want} == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert {p: reported.get(p) for p in want} == want
