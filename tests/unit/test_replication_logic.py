@@ -267,3 +267,44 @@ def test_continuity_skips_duplicates_accepts_successors_and_stops_at_gaps():
     retry = ev(30, 20, "insert", new=row(1))
     retry.is_retry = True
     assert filter_chain(10, [(retry, 0)]).gap == (10, 20), "a retry does not skip the continuity check"
+
+
+class _Message:
+    """What the applier reads of a consumed Kafka message."""
+
+    def __init__(self, partition: int, offset: int, value: bytes):
+        self._partition, self._offset, self._value = partition, offset, value
+
+    def error(self):
+        return None
+
+    def topic(self):
+        return "zonesync.a.changes"
+
+    def partition(self):
+        return self._partition
+
+    def offset(self):
+        return self._offset
+
+    def value(self):
+        return self._value
+
+
+def test_a_round_takes_whole_messages_up_to_its_budget_and_leaves_the_rest():
+    from zonesync.apply.applier import Applier
+    from zonesync.apply.continuity import PartitionState
+
+    applier = Applier("b", ["a"], writer_factory=None, meta=None, partitions=2, bootstrap=lambda: "unused")
+    applier.state = {("a", 0): PartitionState(applied_lsn=0), ("a", 1): PartitionState(applied_lsn=0)}
+    lsn = iter(range(1, 10**6))
+    msgs = [
+        _Message(n % 2, n, encode_message([ev(next(lsn), 0, "insert", new=row(1)) for _ in range(500)]))
+        for n in range(5)
+    ]
+    chains: dict = {}
+    taken, delivered, rest = applier._take(msgs, chains, None, budget=1200)
+    assert (taken, delivered, rest) == (1500, True, msgs[3:]), "past the budget by one message at most"
+    assert [len(chains[("a", p)]) for p in (0, 1)] == [1000, 500]
+    assert {offset for _, offset in chains[("a", 1)]} == {1}, "each event keeps its message's offset"
+    assert applier._per_message[("a", 0)] == 500

@@ -91,7 +91,7 @@ class Applier:
         self._writers: list[ZoneWriter] = []
         self._last_commit_ts: dict[tuple[str, int], int] = {}
         self._offsets: dict[tuple[str, int], int] = {}
-        self._per_message: dict[tuple[str, int], float] = {}  # recent events per message
+        self._per_message: dict[tuple[str, int], int] = {}  # events in the last message read
 
     # -- meta side -----------------------------------------------------------
     def alert(self, kind: str, detail: dict) -> None:
@@ -185,20 +185,23 @@ class Applier:
         consumer.assign(assignment)
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"apply-{self.zone}")
         last_lag = 0.0
+        carry: list = []  # messages fetched, not yet taken into a round
         try:
             while not self.stopping and (deadline is None or time.monotonic() < deadline):
                 by_partition: dict[tuple[str, int], list[tuple[ChangeEvent, int]]] = {}
-                first = consumer.poll(0.05)
-                delivered = False
-                if first is not None:
-                    # what is already fetched, up to about max_batch events (a message holds many)
-                    events, delivered = self._take([first], by_partition, consumer)
-                    while events < self.max_batch:
-                        more = consumer.consume(num_messages=64, timeout=0)
-                        if not more:
-                            break
-                        n, got = self._take(more, by_partition, consumer)
-                        events, delivered = events + n, delivered or got
+                # what is already fetched, up to max_batch events (a message holds one or
+                # many); messages fetched past it start the next round
+                msgs, carry = carry, []
+                if not msgs:
+                    first = consumer.poll(0.05)
+                    msgs = [first] if first is not None else []
+                events, delivered = 0, False
+                while msgs:
+                    n, got, carry = self._take(msgs, by_partition, consumer, self.max_batch - events)
+                    events, delivered = events + n, delivered or got
+                    if carry or events >= self.max_batch:
+                        break
+                    msgs = consumer.consume(num_messages=64, timeout=0)
                 if delivered:
                     down["since"] = None
                 if down["since"] and time.monotonic() - down["since"] > 5:
@@ -237,8 +240,9 @@ class Applier:
             pool.shutdown(wait=True)
             consumer.close()
 
-    def _take(self, msgs, by_partition: dict, consumer) -> tuple[int, bool]:
-        """Decode messages into their partitions' chains: (events taken, any delivered).
+    def _take(self, msgs, by_partition: dict, consumer, budget: int) -> tuple[int, bool, list]:
+        """Decode messages into their partitions' chains until `budget` events are taken:
+        (events taken, any delivered, the messages left).
 
         Each event keeps the offset of the message it came in: a round applies whole
         messages (a gap inside one stops the chain there, and what follows comes again
@@ -246,7 +250,9 @@ class Applier:
         """
         decode, source_of, state = decode_message, self._source_of_topic, self.state
         events, delivered = 0, False
-        for msg in msgs:
+        for i, msg in enumerate(msgs):
+            if events >= budget:
+                return events, delivered, msgs[i:]
             if msg.error():
                 continue
             delivered = True
@@ -265,8 +271,8 @@ class Applier:
                 chain = by_partition[key] = []
             chain += [(event, offset) for event in batch]
             events += len(batch)
-            self._per_message[key] = 0.9 * self._per_message.get(key, 1.0) + 0.1 * len(batch)
-        return events, delivered
+            self._per_message[key] = len(batch)
+        return events, delivered, []
 
     def _run_round(self, pool, shares: list[list]) -> None:
         """Apply one round: weight levels in ascending order (Otter's 权重), the workers'
@@ -383,9 +389,9 @@ class Applier:
             except Exception:  # noqa: BLE001 - lag is best effort
                 continue
             # Kafka counts messages; a message holds one event or a burst of them: the
-            # events behind are estimated from the recent events per message
+            # events behind are estimated by the size of the last message read from it
             messages = max(0, high - (self._offsets.get((source, partition), -1) + 1))
-            behind = round(messages * self._per_message.get((source, partition), 1.0))
+            behind = messages * self._per_message.get((source, partition), 1)
             last_ts = self._last_commit_ts.get((source, partition))
             seconds = 0.0 if behind == 0 or last_ts is None else max(0.0, now - last_ts)
             rows.append((source, self.zone, partition, st.applied_lsn, behind, seconds))

@@ -352,8 +352,6 @@ class Replicator:
                             produced,
                             pending,
                         )
-                        if pending and (not stream.data_ready() or time.monotonic() - pending_since >= self.max_linger):
-                            self._flush(producer, pending, produced)
                     txn = None
                     boundary = (log_file, ev.packet.log_pos)
                     boundary_dirty = True
@@ -371,6 +369,13 @@ class Replicator:
                 if errors:
                     raise ReplicatorError(f"broker refused events: {errors[0]}")
                 now = time.monotonic()
+                if pending and (now - pending_since >= self.max_linger or (txn is None and not stream.data_ready())):
+                    # Queued events go out when the binlog has nothing more ready, checked
+                    # between transactions (after a published one, a skipped applier's one,
+                    # a DDL, a heartbeat), or once they waited max_linger whatever is read:
+                    # a transaction still being read is queued only at its commit, so
+                    # sending what is queued before it keeps each partition's order.
+                    self._flush(producer, pending, produced)
                 idle = isinstance(ev, HeartbeatLogEvent)
                 if idle and self.bootstrap() != bootstrap_used:
                     raise ReplicatorError("the broker moved (new bootstrap): reconnecting")
