@@ -154,3 +154,22 @@ def test_a_tombstone_written_after_the_writer_last_looked_still_stops_a_new_row(
         cur.execute("DELETE FROM zonesync.tombstones")
     writer.apply_many([("a", [event(INSERT, 10, 1)])], [])  # looks again: the table is clean
     assert writer.apply_many([("a", [event(INSERT, 11, 1)])], []).new_rows == 1
+
+
+def test_a_batch_of_only_inserts_is_not_merged_unless_a_key_repeats(zone_b):
+    """Inserts alone go in unmerged; a key that repeats (in the batch, or from another
+    source in the same transaction) fails that INSERT, and the batch is applied again
+    read-first, merged and guarded by version."""
+    writer, conn = zone_b
+    result = writer.apply_many([("a", [event(INSERT, 1, 1), event(INSERT, 2, 1)])], [])
+    assert (result.applied, result.new_rows) == (2, 2)
+    twice = [event(INSERT, 3, 1, name="first"), event(INSERT, 3, 2, name="second"), event(INSERT, 4, 1)]
+    result = writer.apply_many([("a", twice)], [])
+    assert (result.applied, result.new_rows) == (3, 0)
+    assert names(conn)[3] == ("second", 2) and names(conn)[4] == ("from a", 1)
+    both = [("a", [event(INSERT, 5, 3, name="a's")]), ("c", [event(INSERT, 5, 7, name="c's")])]
+    result = writer.apply_many(both, [])
+    assert names(conn)[5] == ("c's", 7), "the newer version wins, whichever source came first"
+    both = [("a", [event(INSERT, 6, 9, name="a's")]), ("c", [event(INSERT, 6, 7, name="c's")])]
+    writer.apply_many(both, [])
+    assert names(conn)[6] == ("a's", 9)

@@ -28,7 +28,9 @@ asked after the INSERT took its row locks, sees any tombstone committed before
 them (a later local delete waits for our commit). Either outcome rolls the
 transaction back and applies it again the read-first way, which decides row
 by row. Bulk loads of new rows (a catch-up, a migration) thereby cost the
-target one INSERT per row instead of a locking read and an upsert.
+target one INSERT per row instead of a locking read and an upsert. A source's
+batch of nothing but inserts is not even merged: its keys are unique (the
+source's primary key), and a repeated one fails the INSERT like any other.
 """
 
 from __future__ import annotations
@@ -173,6 +175,18 @@ class ZoneWriter:
             # other by their versions, the second seeing what the first wrote (so the
             # writes queued so far are sent before the next reads).
             for source_zone, events in by_source.items():
+                if not read_first and all(e.op == INSERT for e in events):
+                    # Only inserts (a bulk load, a catch-up): a source's keys are unique (its
+                    # primary key), so there is nothing to merge; a key seen twice fails the
+                    # INSERT, and the batch is applied again read-first, merged.
+                    inserts: dict[str, list[ChangeEvent]] = {}
+                    for e in events:
+                        inserts.setdefault(e.table, []).append(e)
+                    if not self._marked.intersection(inserts):
+                        for table, rows in inserts.items():
+                            _send(cur, writes)
+                            self._insert_new(cur, lit, table, rows, result)
+                        continue
                 by_table: dict[str, list[NetChange]] = {}
                 for change in merge(events):
                     by_table.setdefault(change.table, []).append(change)
@@ -188,6 +202,21 @@ class ZoneWriter:
             writes.append("COMMIT")
             _send(cur, writes)
         return result
+
+    def _insert_new(self, cur, lit, table: str, events: list[ChangeEvent], result) -> None:
+        """Insert events of a table without tombstones or locked rows, unmerged, as new rows
+        (see "New rows" above); raises _NotAllNew when the table has either after all."""
+        pk_cols = self.primary_key(table)
+        columns = set(pk_cols)
+        for e in events:
+            if e.pk.keys() != columns:
+                raise ApplyError(f"event for {table} keyed by {sorted(e.pk)}, but its primary key is {pk_cols}")
+        first = _inserts(lit, table, [decode_row(e.new) for e in events])
+        if self._read(cur, lit, table, pk_cols, [], [], first)[3]:
+            self._marked.add(table)
+            raise _NotAllNew(table)
+        result.applied += len(events)
+        result.new_rows += len(events)
 
     def _apply_table(
         self, cur, lit, source_zone: str, table: str, changes: list[NetChange], result, read_first: bool
