@@ -6,6 +6,10 @@ import datetime as dt
 import decimal
 import json
 import re
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -308,3 +312,74 @@ def test_a_round_takes_whole_messages_up_to_its_budget_and_leaves_the_rest():
     assert [len(chains[("a", p)]) for p in (0, 1)] == [1000, 500]
     assert {offset for _, offset in chains[("a", 1)]} == {1}, "each event keeps its message's offset"
     assert applier._per_message[("a", 0)] == 500
+
+
+class _Writer:
+    """Stands in for ZoneWriter: records what it commits; fails the batch holding `fail_lsn`."""
+
+    def __init__(self, committed: list, fail_lsn: int):
+        self.committed, self.fail_lsn = committed, fail_lsn
+
+    def apply_many(self, changes, positions):
+        from zonesync.apply.writer import BatchResult
+
+        lsns = [e.lsn for _, events in changes for e in events]
+        if self.fail_lsn in lsns:
+            time.sleep(0.2)  # the loop hands out the next round meanwhile
+            raise RuntimeError("target gone")
+        self.committed.append(lsns)
+        return BatchResult(applied=len(lsns))
+
+
+def _pipelined_applier(committed, fail_lsn):
+    from zonesync.apply.applier import Applier
+    from zonesync.apply.continuity import PartitionState
+
+    applier = Applier(
+        "b",
+        ["a"],
+        writer_factory=lambda: _Writer(committed, fail_lsn),
+        meta=None,
+        partitions=2,
+        bootstrap=lambda: "unused",
+        workers=2,
+        small_round=0,
+        rounds_in_flight=3,
+    )
+    applier.state = {("a", p): PartitionState(applied_lsn=0) for p in (0, 1)}
+    return applier
+
+
+def _round(lsn: int, prev: int, offset: int, partition: int = 0) -> dict:
+    return {partition: [(("a", partition), [(ev(lsn, prev, "insert", new=row(lsn)), offset)])]}
+
+
+def test_rounds_overlap_and_commit_in_order_per_worker():
+    committed: list = []
+    applier = _pipelined_applier(committed, fail_lsn=-1)
+    lanes = [ThreadPoolExecutor(max_workers=1) for _ in range(2)]
+    in_flight, failed = deque(), threading.Event()
+    for n, lsn in enumerate((1, 2, 3, 4)):
+        applier._run_round(lanes, in_flight, failed, _round(lsn, lsn - 1, 100 + n))
+        assert applier.state[("a", 0)].applied_lsn == lsn, "the next round's chain follows this one"
+    applier._reap(in_flight, keep=0)
+    assert committed == [[1], [2], [3], [4]]
+    assert applier._offsets[("a", 0)] == 103
+
+
+def test_a_failed_round_stops_every_later_round_of_its_worker():
+    """Round 2 is handed out while round 1 is still being applied; round 1 fails: round 2
+    must not commit (its position would pass rows that were rolled back)."""
+    committed: list = []
+    applier = _pipelined_applier(committed, fail_lsn=1)
+    lanes = [ThreadPoolExecutor(max_workers=1) for _ in range(2)]
+    in_flight, failed = deque(), threading.Event()
+    applier._run_round(lanes, in_flight, failed, _round(1, 0, 100))
+    applier._run_round(lanes, in_flight, failed, _round(2, 1, 101))
+    applier._run_round(lanes, in_flight, failed, _round(7, 0, 200, partition=1))  # the other worker
+    with pytest.raises(RuntimeError, match="target gone"):
+        applier._reap(in_flight, keep=0)
+    for lane in lanes:
+        lane.shutdown(wait=True)
+    assert [2] not in committed, "a later round of the failed worker committed"
+    assert ("a", 0) not in applier._offsets, "nothing of partition 0 counts as committed"

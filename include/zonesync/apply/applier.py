@@ -19,10 +19,16 @@ Protocol:
    connections, partition p on worker p % workers, each worker's share as one
    transaction (writer.py): merged per key, version-guarded, data-locked, with
    every partition's position. Per-key order holds since a key has one
-   partition number in every source and a partition one worker. While a round
-   is applied the next one accumulates, so batches grow with the load. A
-   small round (a quiet stream: a few events) is one transaction on one
-   connection instead: one commit, no hand-off to threads.
+   partition number in every source and a partition one worker, and a
+   worker takes its shares in the order they were handed to it. The loop does
+   not wait for a round to commit before it reads and decodes the next one
+   (at most `rounds_in_flight` rounds are handed out): the target's work on
+   one round overlaps the applier's on the next. A worker whose share failed
+   refuses every later share (a later round must never commit past a
+   rolled-back one), and the pass restarts from apply_state once the workers
+   are idle. A small round (a quiet stream: a few events) with nothing in
+   flight is one transaction on one connection instead: one commit, no
+   hand-off to threads. With table weights, rounds do not overlap.
 5. Lag per (source, partition) goes to meta every second; `zonesync lag`.
 
 Any error (zone down, broker gone) drops the consumer and the connections and
@@ -35,7 +41,8 @@ import json
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -66,6 +73,7 @@ class Applier:
         topic_of=transport.topic,
         tombstone_horizon_s: float = 7 * 86400,
         table_weights: dict[str, int] | None = None,
+        rounds_in_flight: int = 2,
     ):
         self.zone = zone
         self.sources = sources
@@ -81,6 +89,7 @@ class Applier:
         self.topic_of = topic_of
         self.tombstone_horizon_s = tombstone_horizon_s
         self.table_weights = dict(table_weights or {})
+        self.rounds_in_flight = max(1, rounds_in_flight)
         self._count_lock = threading.Lock()
         self._last_gc = 0.0
         self._source_of_topic = {topic_of(s): s for s in sources}
@@ -183,7 +192,12 @@ class Applier:
             if not st.halted
         ]
         consumer.assign(assignment)
-        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"apply-{self.zone}")
+        # One single-threaded executor per worker: a worker applies its shares in order.
+        lanes = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apply-{self.zone}-{i}") for i in range(self.workers)
+        ]
+        in_flight: deque[tuple[list[Future], list]] = deque()  # (futures, shares) per round, oldest first
+        failed = threading.Event()  # set by a failed share: the workers take no later one
         last_lag = 0.0
         carry: list = []  # messages fetched, not yet taken into a round
         try:
@@ -204,6 +218,7 @@ class Applier:
                     msgs = consumer.consume(num_messages=64, timeout=0)
                 if delivered:
                     down["since"] = None
+                self._reap(in_flight, keep=len(in_flight))  # rounds that committed meanwhile
                 if down["since"] and time.monotonic() - down["since"] > 5:
                     raise RuntimeError("broker unreachable for 5 s: reconnecting with a fresh bootstrap")
                 jobs, gaps = {}, {}
@@ -219,7 +234,7 @@ class Applier:
                     rounds: dict[int, list] = {}
                     for key, chain in jobs.items():
                         rounds.setdefault(key[1] % self.workers, []).append((key, chain))
-                    self._run_round(pool, list(rounds.values()))
+                    self._run_round(lanes, in_flight, failed, rounds)
                 for key in jobs:  # progress: an earlier gap was repaired
                     self.state[key].gap_since = None
                     self.state[key].resend_attempts = 0
@@ -236,8 +251,10 @@ class Applier:
                     if now - self._last_gc >= 60:
                         self._last_gc = now
                         self._writer().gc_tombstones(self.tombstone_horizon_s)
+            self._reap(in_flight, keep=0)
         finally:
-            pool.shutdown(wait=True)
+            for lane in lanes:
+                lane.shutdown(wait=True)
             consumer.close()
 
     def _take(self, msgs, by_partition: dict, consumer, budget: int) -> tuple[int, bool, list]:
@@ -274,19 +291,71 @@ class Applier:
             self._per_message[key] = len(batch)
         return events, delivered, []
 
-    def _run_round(self, pool, shares: list[list]) -> None:
-        """Apply one round: weight levels in ascending order (Otter's 权重), the workers'
-        shares of a level in parallel, every partition's position with the last level.
+    def _run_round(self, lanes, in_flight: deque, failed: threading.Event, rounds: dict[int, list]) -> None:
+        """Hand one round to the workers (worker i's share to lane i), or apply it here.
 
-        Tables without a weight are level 0. A level starts only when the previous one
-        committed in every worker, so rows of a heavier table (a child) never land
-        before the lighter ones (its parent) of the same round.
+        The chains count as applied from now on for continuity (the next round's first
+        events follow them); their offsets and commit times are recorded when the round
+        committed (`_reap`). Weight levels (Otter's 权重): a level starts only when the
+        previous one committed in every worker, so rows of a heavier table (a child) never
+        land before the lighter ones (its parent) of the same round; such rounds run to
+        their commit before the loop goes on.
         """
-        if len(shares) > 1 and sum(len(chain) for share in shares for _, chain in share) <= self.small_round:
+        shares = list(rounds.values())
+        for share in shares:
+            for key, chain in share:
+                self.state[key].applied_lsn = chain[-1][0].lsn
+        small = sum(len(chain) for share in shares for _, chain in share) <= self.small_round
+        weights = self.table_weights
+        if (small or weights) and in_flight:
+            self._reap(in_flight, keep=0)  # the round below runs outside the lanes' order
+        if small:
             # A small round is one transaction on one connection: in a quiet stream a round
-            # is a few events, and its latency (one commit, no hand-offs) is what counts.
-            # Rounds never overlap, so any worker may apply any partition's chain.
-            shares = [[item for share in shares for item in share]]
+            # is a few events, and its latency (one commit, no hand-off) is what counts.
+            # Nothing is in flight, so this thread may apply any partition's chain.
+            self._apply_levels([[item for share in shares for item in share]])
+            self._committed(shares)
+            return
+        if weights:
+            self._apply_levels(shares, lanes)
+            self._committed(shares)
+            return
+        self._reap(in_flight, keep=self.rounds_in_flight - 1)
+        futures = []
+        for lane, share in rounds.items():
+            changes = [(key[0], [e for e, _ in chain]) for key, chain in share]
+            positions = [(key[0], key[1], chain[-1][0].lsn, chain[-1][1]) for key, chain in share]
+            futures.append(lanes[lane].submit(self._lane_share, failed, changes, positions))
+        in_flight.append((futures, shares))
+
+    def _lane_share(self, failed: threading.Event, changes, positions) -> None:
+        if failed.is_set():
+            raise RuntimeError("an earlier share failed: later ones are not applied")
+        try:
+            self._apply_share(changes, positions)
+        except BaseException:
+            failed.set()
+            raise
+
+    def _reap(self, in_flight: deque, keep: int) -> None:
+        """Wait until at most `keep` rounds are in flight; record those that committed, in
+        order. A failed share re-raises here: the pass restarts from apply_state."""
+        while in_flight and (len(in_flight) > keep or all(f.done() for f in in_flight[0][0])):
+            futures, shares = in_flight.popleft()
+            for fut in futures:
+                fut.result()
+            self._committed(shares)
+
+    def _committed(self, shares) -> None:
+        for share in shares:
+            for key, chain in share:
+                last_event, last_offset = chain[-1]
+                self._offsets[key] = last_offset
+                self._last_commit_ts[key] = last_event.commit_ts
+
+    def _apply_levels(self, shares: list[list], lanes=None) -> None:
+        """Apply shares to their commit: level by level (one level without weights),
+        each level's shares in parallel on the lanes, positions with the last level."""
         weights = self.table_weights
         # without weights every table is level 0: no need to look at each event for it
         levels = [0]
@@ -306,17 +375,12 @@ class Applier:
                 positions = [(key[0], key[1], chain[-1][0].lsn, chain[-1][1]) for key, chain in share] if last else []
                 if changes or positions:
                     work.append((changes, positions))
-            if len(work) == 1:  # one worker's share (a quiet round): no hand-off to a thread
-                self._apply_share(*work[0])
+            if len(work) == 1 or lanes is None:  # one share (a quiet round): no hand-off to a thread
+                for w in work:
+                    self._apply_share(*w)
                 continue
-            for fut in [pool.submit(self._apply_share, *w) for w in work]:
+            for fut in [lanes[n % len(lanes)].submit(self._apply_share, *w) for n, w in enumerate(work)]:
                 fut.result()  # re-raises: the pass restarts from apply_state
-        for share in shares:
-            for key, chain in share:
-                last_event, last_offset = chain[-1]
-                self.state[key].applied_lsn = last_event.lsn
-                self._offsets[key] = last_offset
-                self._last_commit_ts[key] = last_event.commit_ts
 
     def _apply_share(self, changes, positions) -> None:
         result = self._writer().apply_many(changes, positions)
