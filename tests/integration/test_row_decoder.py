@@ -155,3 +155,43 @@ def test_unsupported_column_types_fall_back_to_the_library(zones):
         {"id": 1, "e": "y", "tm": compiled[1][1][0][0]["tm"], "yr": 2026, "bt": "10101"},
         {"id": 1, "e": "x", "tm": compiled[1][1][0][0]["tm"], "yr": 2026, "bt": "10101"},
     )
+
+
+def test_plain_tables_are_those_whose_images_need_no_tagging(zones):
+    """The replicator skips encode_row for a table map the decoder calls plain: only ever
+    for images encode_row would give back untouched (ints, floats, text, NULL)."""
+    from zonesync.capture.event import encode_row
+
+    inst = zones["a"]
+    conn = inst.connect("zonesync_app")
+    conn.autocommit(True)
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute("DROP TABLE IF EXISTS zonesync_app.rowcodec_types")
+        cur.execute("DROP TABLE IF EXISTS zonesync_app.rowcodec_plain")
+        cur.execute(TYPES_DDL)
+        cur.execute(
+            "CREATE TABLE zonesync_app.rowcodec_plain (id BIGINT PRIMARY KEY, m MEDIUMINT, f DOUBLE, "
+            "c CHAR(2), v VARCHAR(300), t TEXT, l VARCHAR(5) CHARACTER SET latin1, u INT UNSIGNED)"
+        )
+        start = position(conn)
+        cur.execute("INSERT INTO rowcodec_types VALUES " + ", ".join(ROWS))
+        cur.execute(
+            "INSERT INTO rowcodec_plain VALUES (1, -5, 1.5, 'ab', 'zoné', REPEAT('t', 300), 'café', 7), "
+            "(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
+        )
+    decoder = RowDecoder()
+    stream = open_stream(inst, start, 4303, [WriteRowsEvent])
+    seen = {}
+    try:
+        for ev in stream:
+            table = ev.table_map[ev.table_id]
+            images = decoder.images(ev)
+            seen[ev.table] = decoder.plain(table)
+            for _, after in images:
+                untouched = encode_row(after) is after
+                assert untouched or not seen[ev.table], f"{ev.table}: a plain image was tagged: {after}"
+    finally:
+        stream.close()
+        conn.close()
+    assert seen == {"rowcodec_types": False, "rowcodec_plain": True}

@@ -124,10 +124,10 @@ class LeanXidEvent(XidEvent):
 class _LeanRows:
     """Shared by the three lean rows events: `decoded` is [(before, after)] per row."""
 
-    def __init__(self, header: Header, table, table_id: int, decoded: list):
+    def __init__(self, header: Header, table, table_id: int, decoded: list, plain: bool = False):
         self.packet, self.event_type, self.timestamp = header, header.event_type, header.timestamp
         self.table_id, self.schema, self.table = table_id, table.schema, table.table
-        self.columns, self.decoded = table.columns, decoded
+        self.columns, self.decoded, self.plain = table.columns, decoded, plain
 
     @property
     def rows(self):
@@ -289,7 +289,7 @@ class LeanBinLogStreamReader(BinLogStreamReader):
         if decoded is None:
             return None
         self._advance(header)
-        return lean_class(header, table, table_id, decoded)
+        return lean_class(header, table, table_id, decoded, self.rows.plain(table))
 
     def _advance(self, header: Header) -> None:
         if header.log_pos:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -56,6 +57,9 @@ from zonesync.capture.event import (
     DELETE,
     INSERT,
     MAX_MESSAGE_EVENTS,
+    MAX_ROWS_PER_EVENT,
+    POS_BITS,
+    ROW_BITS,
     UPDATE,
     ChangeEvent,
     encode_messages,
@@ -108,7 +112,10 @@ class SourceDB:
 class _Txn:
     txn_id: str
     skip: bool
-    rows: list[tuple[str, str, str, dict | None, dict | None, int, int]] = field(default_factory=list)
+    # per rows event: (table, its primary key columns, op, [(before, after)] per row,
+    # end position, whether the images are plain JSON values)
+    events: list[tuple[str, list[str], str, list, int, bool]] = field(default_factory=list)
+    rows: int = 0
 
 
 class Replicator:
@@ -333,12 +340,12 @@ class Replicator:
                         if isinstance(ev, UpdateRowsEvent)
                         else DELETE
                     )
-                    schema, table = ev.schema, ev.table
-                    txn.rows.extend(
-                        (schema, table, op, old, new, end_pos, i) for i, (old, new) in enumerate(self.rows.images(ev))
-                    )
+                    images = self.rows.images(ev)
+                    pk_cols = self._primary_key(ev.schema, ev.table)
+                    txn.events.append((ev.table, pk_cols, op, images, end_pos, getattr(ev, "plain", False)))
+                    txn.rows += len(images)
                 elif isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() == "COMMIT"):
-                    if txn is not None and txn.rows and not txn.skip:
+                    if txn is not None and txn.events and not txn.skip:
                         if not pending:
                             pending_since = time.monotonic()
                         hwm = self._publish_txn(
@@ -358,7 +365,7 @@ class Replicator:
                 elif (
                     isinstance(ev, QueryEvent)
                     and txn is not None
-                    and not txn.rows
+                    and not txn.events
                     and not ev.query.strip().upper().startswith(IN_TRANSACTION)
                 ):
                     # A DDL is its own GTID group and ends with no Xid: nothing to publish
@@ -431,54 +438,73 @@ class Replicator:
         self, producer, txn, log_file, commit_ts, partition_lsns, hwm, retry_partitions, produced, pending
     ) -> int:
         """Step 4: one committed transaction's rows as ChangeEvents, queued per partition
-        (a full queue is produced at once); returns the new high-water mark."""
-        fno = file_number(log_file)
-        count = len(txn.rows)
-        zone, zone_id, partitions = self.zone, self.zone_id, self.partitions
-        table_key, pk_cols = None, None
-        for index, (schema, table, op, old, new, end_pos, i) in enumerate(txn.rows):
-            image = new if new is not None else old
-            if (schema, table) != table_key:  # a transaction's rows are mostly of one table
-                table_key, pk_cols = (schema, table), self._primary_key(schema, table)
-            enc_pk = encode_row({c: image[c] for c in pk_cols})
-            text = pk_text(enc_pk)
-            partition = transport.partition_of(table, text, partitions)
-            lsn = make_lsn(fno, end_pos, i)
-            is_retry = lsn <= hwm
-            prev_lsn = partition_lsns.get(partition, 0)
-            partition_lsns[partition] = lsn
-            if is_retry and retry_partitions is not None and partition not in retry_partitions:
-                continue
-            event = ChangeEvent(
-                lsn=lsn,
-                prev_lsn=prev_lsn,
-                source_zone=zone,
-                origin_zone=int(image.get("_zs_origin") or zone_id),
-                table=table,
-                pk=enc_pk,
-                op=op,
-                old=encode_row(old),
-                new=encode_row(new),
-                # a delete's version is the deleted row's + 1: its tombstone
-                # outranks every earlier image of the row
-                version=int(image.get("_zs_version") or 0) + (1 if op == DELETE else 0),
-                txn_id=txn.txn_id,
-                row_index=index,
-                row_count=count,
-                commit_ts=commit_ts,
-                partition=partition,
-                is_retry=is_retry,
-            )
-            queue = pending.get(partition)
-            if queue is None:
-                pending[partition] = [event]
-            else:
-                queue.append(event)
-                if len(queue) >= MAX_MESSAGE_EVENTS:
-                    produced[partition] += self._produce(producer, queue, partition)
-                    del pending[partition]
-            if lsn > hwm:
-                hwm = lsn
+        (a full queue is produced at once); returns the new high-water mark.
+
+        Per row: the primary key, its text and partition, the LSN, the event. What is the
+        same for a whole rows event (its table's key columns and partition hash prefix,
+        the LSN's file and position bits, whether its images need tagging) is worked out
+        once per rows event: this loop runs for every row captured.
+        """
+        file_bits = file_number(log_file) << (POS_BITS + ROW_BITS)
+        make_lsn(file_number(log_file), 0, 0)  # (the file number fits an LSN)
+        count = txn.rows
+        zone, zone_id, partitions, txn_id = self.zone, self.zone_id, self.partitions, txn.txn_id
+        crc32 = zlib.crc32
+        index = 0
+        for table, pk_cols, op, images, end_pos, plain in txn.events:
+            seed = crc32(f"{table}\x00".encode())  # transport.partition_of, its table prefix hashed once
+            base = make_lsn(0, end_pos, 0) | file_bits
+            single = pk_cols[0] if len(pk_cols) == 1 else None
+            bump = 1 if op == DELETE else 0  # a delete's version is the deleted row's + 1: its
+            # tombstone outranks every earlier image of the row
+            for i, (old, new) in enumerate(images):
+                image = new if new is not None else old
+                if single is not None and type(image[single]) is int:
+                    value = image[single]
+                    enc_pk = {single: value}
+                    text = f"[{value}]"  # pk_text's form of a one-integer key
+                else:
+                    enc_pk = encode_row({c: image[c] for c in pk_cols})
+                    text = pk_text(enc_pk)
+                partition = crc32(text.encode(), seed) % partitions
+                if i > MAX_ROWS_PER_EVENT:
+                    make_lsn(0, end_pos, i)  # raises: the row index does not fit an LSN
+                lsn = base | i
+                is_retry = lsn <= hwm
+                prev_lsn = partition_lsns.get(partition, 0)
+                partition_lsns[partition] = lsn
+                if is_retry and retry_partitions is not None and partition not in retry_partitions:
+                    index += 1
+                    continue
+                event = ChangeEvent(
+                    lsn,
+                    prev_lsn,
+                    zone,
+                    int(image.get("_zs_origin") or zone_id),
+                    table,
+                    enc_pk,
+                    op,
+                    old if plain else encode_row(old),
+                    new if plain else encode_row(new),
+                    int(image.get("_zs_version") or 0) + bump,
+                    txn_id,
+                    index,
+                    count,
+                    commit_ts,
+                    partition,
+                    is_retry,
+                )
+                index += 1
+                queue = pending.get(partition)
+                if queue is None:
+                    pending[partition] = [event]
+                else:
+                    queue.append(event)
+                    if len(queue) >= MAX_MESSAGE_EVENTS:
+                        produced[partition] += self._produce(producer, queue, partition)
+                        del pending[partition]
+                if lsn > hwm:
+                    hwm = lsn
         return hwm
 
     def _flush(self, producer: Producer, pending: dict, produced: list[int]) -> None:

@@ -229,6 +229,7 @@ class RowDecoder:
         # Table object is what a table map parsed into; the stream keeps it for as
         # long as that table id is in use (see the replicator's freeze_schema).
         self._readers: dict[int, tuple[object, callable | None]] = {}
+        self._plain: dict[int, bool] = {}
         self.fallbacks = 0
 
     def reader(self, table):
@@ -238,12 +239,20 @@ class RowDecoder:
             return cached[1]
         if len(self._readers) >= 1024:
             self._readers.clear()  # table maps of binlog files long read
+            self._plain.clear()
         try:
             reader = _compile_image(table.columns)
         except Unsupported:
             reader = None
         self._readers[id(table)] = (table, reader)
+        self._plain[id(table)] = reader is not None and all(_plain_column(col) for col in table.columns)
         return reader
+
+    def plain(self, table) -> bool:
+        """Whether the compiled reader gives only JSON's own values for this table map (ints,
+        floats, text, NULL): its row images need no tagging (event.encode_row)."""
+        self.reader(table)
+        return self._plain[id(table)]
 
     def images(self, ev) -> list[tuple[dict | None, dict | None]]:
         """(before, after) per row: (None, new) for an insert, (old, None) for a delete."""
@@ -281,6 +290,13 @@ class RowDecoder:
         raw = wrapper.packet
         kind = UPDATE if update else INSERT if isinstance(ev, WriteRowsEvent) else DELETE
         return decode_rows(read, kind, raw._data, raw._position, raw._position + ev.event_size - wrapper.read_bytes)
+
+
+def _plain_column(col) -> bool:
+    if (col.type, bool(col.unsigned)) in _FIXED or col.type == FIELD_TYPE.INT24:
+        return True
+    # text with a known codec decodes to str; without one the bytes are kept (tagged)
+    return col.type in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.BLOB) and _encoding(col) is not None
 
 
 def full_bitmap(count: int) -> bytes:
