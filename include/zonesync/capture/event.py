@@ -23,6 +23,7 @@ import base64
 import datetime as dt
 import decimal
 import json
+from typing import Literal
 
 import msgspec
 
@@ -124,7 +125,7 @@ class ChangeEvent(msgspec.Struct, gc=False):
     origin_zone: int
     table: str
     pk: dict
-    op: str
+    op: Literal["insert", "update", "delete"]  # checked in C by the fast decoders
     old: dict | None  # encoded row image before (update, delete)
     new: dict | None  # encoded row image after (insert, update)
     version: int
@@ -161,11 +162,7 @@ class ChangeEvent(msgspec.Struct, gc=False):
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
             return cls._checked(raw)
         op = event.op
-        if (
-            op not in _OPS
-            or (op != DELETE and type(event.new) is not dict)
-            or (op != INSERT and type(event.old) is not dict)
-        ):
+        if (event.new is None and op != DELETE) or (event.old is None and op != INSERT):
             return cls._checked(raw)
         return event
 
@@ -263,10 +260,9 @@ def decode_message(raw: bytes) -> list[ChangeEvent]:
             events = _FAST_BATCH(raw)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
             events = None
-        if events and all(
-            e.op in _OPS and (e.op == DELETE or type(e.new) is dict) and (e.op == INSERT or type(e.old) is dict)
-            for e in events
-        ):
+        # (op is one of the three, and new and old are objects or null: the decoder
+        # checked that; what is left is which of them an op needs)
+        if events and not any((e.new is None and e.op != DELETE) or (e.old is None and e.op != INSERT) for e in events):
             return events
     # anything the typed decoder refused: the Python checks, event by event, which
     # accept or name the fault as they do for a lone event
