@@ -42,3 +42,23 @@ def test_literals_match_pymysql_and_round_trip(zones, sql_mode):
     finally:
         conn.close()
     assert back == tuple(VALUES[:8])
+
+
+@pytest.mark.parametrize("sql_mode", ["", "NO_BACKSLASH_ESCAPES"])
+def test_row_tuples_are_the_rows_literals_in_order(zones, sql_mode):
+    from zonesync.apply.literals import row_tuples
+
+    conn = zones["a"].connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = %s", (sql_mode,))
+            lit = literal_function(conn)
+            rows = [{f"c{i}": v for i, v in enumerate(VALUES[n:] + VALUES[:n])} for n in range(len(VALUES))]
+            expected = ", ".join("(" + ", ".join(lit(v) for v in row.values()) + ")" for row in rows)
+            assert row_tuples(rows, lit) == expected
+            assert row_tuples(rows[:1], lit).startswith("(0, -9223372036854775808, 18446744073709551615, '', ")
+            cur.execute("SELECT * FROM (VALUES " + row_tuples([dict(enumerate(VALUES[:8]))], lit) + ") AS t")
+            assert cur.fetchone() == tuple(VALUES[:8])
+    finally:
+        conn.close()
+    assert row_tuples([], lit) == ""

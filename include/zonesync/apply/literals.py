@@ -31,3 +31,41 @@ def literal_function(conn):
         return slow(value)
 
     return literal
+
+
+def row_tuples(rows: list[dict], lit) -> str:
+    """`(v, ...), (v, ...)` of rows that share their columns, in that order.
+
+    Through a function compiled once per column count: each value inline, an integer
+    formatted without a call, anything else through `lit`. The generic loop (a `lit`
+    call per value) was a quarter of the applier's statement building.
+    """
+    if not rows:
+        return ""
+    width = len(rows[0])
+    render = _RENDERERS.get(width)
+    if render is None:
+        render = _RENDERERS[width] = _compile_renderer(width)
+    return render(rows, lit)
+
+
+_RENDERERS: dict[int, object] = {}
+
+
+def _compile_renderer(width: int):
+    names = [f"v{i}" for i in range(width)]
+    cells = ", ".join(f"{{{n} if type({n}) is int else lit({n})}}" for n in names)
+    source = "\n".join(
+        [
+            "def render(rows, lit):",
+            "    out = []",
+            "    append = out.append",
+            "    for row in rows:",
+            f"        ({', '.join(names)},) = row.values()",
+            f'        append(f"({cells})")',
+            '    return ", ".join(out)',
+        ]
+    )
+    env: dict = {}
+    exec(compile(source, f"<row tuples of {width} columns>", "exec"), env)  # noqa: S102
+    return env["render"]

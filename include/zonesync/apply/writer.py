@@ -43,7 +43,7 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
-from zonesync.apply.literals import literal_function
+from zonesync.apply.literals import literal_function, row_tuples
 from zonesync.apply.merge import NetChange, merge
 from zonesync.capture.event import INSERT, ChangeEvent, decode_row, encode_row, pk_text
 
@@ -434,7 +434,7 @@ def _multi_row(lit, table: str, rows: list[dict], upsert: bool) -> list[str]:
             tail = " ON DUPLICATE KEY UPDATE " + ", ".join(f"{q(c)} = VALUES({q(c)})" for c in cols)
         for start in range(0, len(group), 500):
             # a group's rows have their columns in the order of `cols` (that is the group's key)
-            values = ", ".join(["(" + ", ".join(map(lit, row.values())) + ")" for row in group[start : start + 500]])
+            values = row_tuples(group[start : start + 500], lit)
             out.append(f"INSERT INTO {q(table)} ({col_sql}) VALUES {values}{tail}")
     return out
 
