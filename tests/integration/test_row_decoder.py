@@ -90,14 +90,21 @@ def _typed(images):
     ]
 
 
-def test_compiled_reader_matches_the_library_for_every_column_type(zones):
-    inst = zones["a"]
+def _types_table(inst):
+    """A connection (autocommit, UTC) to a zone with rowcodec_types made afresh."""
     conn = inst.connect("zonesync_app")
     conn.autocommit(True)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute("DROP TABLE IF EXISTS zonesync_app.rowcodec_types")
         cur.execute(TYPES_DDL)
+    return conn
+
+
+def test_compiled_reader_matches_the_library_for_every_column_type(zones):
+    inst = zones["a"]
+    conn = _types_table(inst)
+    with conn.cursor() as cur:
         start = position(conn)
         cur.execute("INSERT INTO rowcodec_types VALUES " + ", ".join(ROWS))
         cur.execute("UPDATE rowcodec_types SET vc = CONCAT(IFNULL(vc, ''), '!'), d1 = -d1, _zs_version = 10")
@@ -163,13 +170,9 @@ def test_plain_tables_are_those_whose_images_need_no_tagging(zones):
     from zonesync.capture.event import encode_row
 
     inst = zones["a"]
-    conn = inst.connect("zonesync_app")
-    conn.autocommit(True)
+    conn = _types_table(inst)
     with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        cur.execute("DROP TABLE IF EXISTS zonesync_app.rowcodec_types")
         cur.execute("DROP TABLE IF EXISTS zonesync_app.rowcodec_plain")
-        cur.execute(TYPES_DDL)
         cur.execute(
             "CREATE TABLE zonesync_app.rowcodec_plain (id BIGINT PRIMARY KEY, m MEDIUMINT, f DOUBLE, "
             "c CHAR(2), v VARCHAR(300), t TEXT, l VARCHAR(5) CHARACTER SET latin1, u INT UNSIGNED)"
