@@ -51,6 +51,22 @@ def _write(guard, n, start=0):
             tx.insert("tenants", {"tenant_id": i, "name": f"r{i}"})
 
 
+def _write_past_the_fault(guard, relay, after: int = 3, timeout: float = 20) -> int:
+    """Rows 0, 1, ... one transaction each, until the relay has injected its fault, then
+    `after` more (so that a message follows the damaged one); returns how many. A message
+    carries whatever the replicator read in one go: one row or several, so which row the
+    n-th message holds is not fixed."""
+    n = 0
+    deadline = time.monotonic() + timeout
+    while not relay.injected and time.monotonic() < deadline:
+        _write(guard, 1, n)
+        n += 1
+        time.sleep(0.05)
+    assert relay.injected, "the relay never reached the message it was to damage"
+    _write(guard, after, n)
+    return n + after
+
+
 def _wait_halted(zones, timeout: float = 30):
     """zone b's (status, detail) of zone a's partition once halted (or as it is at the timeout)."""
     deadline = time.monotonic() + timeout
@@ -83,9 +99,9 @@ def _resend_requests(meta):
 @pytest.mark.parametrize("kind", ["drop", "reorder"])
 def test_gap_is_detected_and_repaired_by_a_resend(faulty, guard_env, zones, meta, kind):
     cluster, relay = faulty({4: kind})
-    _write(guard_env("a"), 12)
+    n = _write_past_the_fault(guard_env("a"), relay)
     deadline = time.monotonic() + 30
-    while len(checksum(zones["b"])) < 12 and time.monotonic() < deadline:
+    while len(checksum(zones["b"])) < n and time.monotonic() < deadline:
         time.sleep(0.1)
     assert relay.injected == [(kind, 4)]
     assert checksum(zones["b"]) == checksum(zones["a"])
@@ -95,19 +111,19 @@ def test_gap_is_detected_and_repaired_by_a_resend(faulty, guard_env, zones, meta
 
 def test_duplicate_is_skipped_without_a_resend(faulty, guard_env, zones, meta):
     cluster, relay = faulty({3: "duplicate"})
-    _write(guard_env("a"), 8)
+    n = _write_past_the_fault(guard_env("a"), relay)
     deadline = time.monotonic() + 20
-    while len(checksum(zones["b"])) < 8 and time.monotonic() < deadline:
+    while len(checksum(zones["b"])) < n and time.monotonic() < deadline:
         time.sleep(0.1)
     assert relay.injected == [("duplicate", 3)]
     assert checksum(zones["b"]) == checksum(zones["a"])
     assert _resend_requests(meta) == ()
-    assert cluster.appliers["b"].applied == 8
+    assert cluster.appliers["b"].applied == n
 
 
 def test_unrepairable_gap_halts_the_partition_and_alerts(faulty, guard_env, zones, meta):
     cluster, relay = faulty({3: "drop_always"}, resend_timeout=0.3, max_resends=2)
-    _write(guard_env("a"), 6)
+    _write_past_the_fault(guard_env("a"), relay)
     row = _wait_halted(zones)
     assert row and row[0] == "halted", row
     assert "not repaired by 2 resends" in row[1]
@@ -128,7 +144,7 @@ def test_refused_resend_halts_at_once(faulty, guard_env, zones, meta):
     """A resend the replicator cannot serve (its checkpoint history no longer reaches
     back: "needs full copy") halts the partition at once, however many resends are left."""
     cluster, relay = faulty({3: "drop_always"}, resend_timeout=0.3, max_resends=50)
-    _write(guard_env("a"), 6)
+    _write_past_the_fault(guard_env("a"), relay)
     deadline = time.monotonic() + 20
     while not _resend_requests(meta) and time.monotonic() < deadline:
         time.sleep(0.05)
