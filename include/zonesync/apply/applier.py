@@ -26,9 +26,9 @@ Protocol:
    one round overlaps the applier's on the next. A worker whose share failed
    refuses every later share (a later round must never commit past a
    rolled-back one), and the pass restarts from apply_state once the workers
-   are idle. A small round (a quiet stream: a few events) with nothing in
-   flight is one transaction on one connection instead: one commit, no
-   hand-off to threads. With table weights, rounds do not overlap.
+   are idle. A small round (a quiet stream: a few events) waits for the
+   rounds in flight, then is one transaction on one connection: one commit,
+   no hand-off to threads. With table weights, rounds do not overlap.
 5. Lag per (source, partition) goes to meta every second; `zonesync lag`.
 
 Any error (zone down, broker gone) drops the consumer and the connections and

@@ -36,22 +36,16 @@ source's primary key), and a repeated one fails the INSERT like any other.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
 import pymysql
 from pymysql.constants import CLIENT
 
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
-from zonesync.apply.literals import literal_function, row_tuples
+from zonesync.apply.literals import literal_function
 from zonesync.apply.merge import NetChange, merge
+from zonesync.apply.statements import ApplyError, inserts, key_condition, q, result_sets, send, upserts
 from zonesync.capture.event import INSERT, ChangeEvent, decode_row, encode_row, pk_text
-
-IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
-
-class ApplyError(RuntimeError):
-    pass
 
 
 class _NotAllNew(Exception):
@@ -65,12 +59,6 @@ class BatchResult:
     skipped: int = 0
     locked: list[tuple[str, str, str, str]] = field(default_factory=list)  # (source, table, pk, reason)
     new_rows: int = 0  # of the applied: rows written as new, without reading the target first
-
-
-def q(name: str) -> str:
-    if not IDENT.match(name):
-        raise ApplyError(f"identifier {name!r} is not a plain SQL name")
-    return f"`{name}`"
 
 
 class ZoneWriter:
@@ -179,19 +167,19 @@ class ZoneWriter:
                     # Only inserts (a bulk load, a catch-up): a source's keys are unique (its
                     # primary key), so there is nothing to merge; a key seen twice fails the
                     # INSERT, and the batch is applied again read-first, merged.
-                    inserts: dict[str, list[ChangeEvent]] = {}
+                    new_by_table: dict[str, list[ChangeEvent]] = {}
                     for e in events:
-                        inserts.setdefault(e.table, []).append(e)
-                    if not self._marked.intersection(inserts):
-                        for table, rows in inserts.items():
-                            _send(cur, writes)
+                        new_by_table.setdefault(e.table, []).append(e)
+                    if not self._marked.intersection(new_by_table):
+                        for table, rows in new_by_table.items():
+                            send(cur, writes)
                             self._insert_new(cur, lit, table, rows, result)
                         continue
                 by_table: dict[str, list[NetChange]] = {}
                 for change in merge(events):
                     by_table.setdefault(change.table, []).append(change)
                 for table, net in by_table.items():
-                    _send(cur, writes)
+                    send(cur, writes)
                     writes = self._apply_table(cur, lit, source_zone, table, net, result, read_first)
             if positions:
                 writes.append(
@@ -200,7 +188,7 @@ class ZoneWriter:
                     + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)"
                 )
             writes.append("COMMIT")
-            _send(cur, writes)
+            send(cur, writes)
         return result
 
     def _insert_new(self, cur, lit, table: str, events: list[ChangeEvent], result) -> None:
@@ -211,7 +199,7 @@ class ZoneWriter:
         for e in events:
             if e.pk.keys() != columns:
                 raise ApplyError(f"event for {table} keyed by {sorted(e.pk)}, but its primary key is {pk_cols}")
-        first = _inserts(lit, table, [decode_row(e.new) for e in events])
+        first = inserts(lit, table, [decode_row(e.new) for e in events])
         if self._read(cur, lit, table, pk_cols, [], [], first)[3]:
             self._marked.add(table)
             raise _NotAllNew(table)
@@ -232,7 +220,7 @@ class ZoneWriter:
             new_rows = [c for c in changes if c.first_op == INSERT and c.new is not None]
             if new_rows:
                 changes = [c for c in changes if c.first_op != INSERT or c.new is None]
-                first = _inserts(lit, table, [decode_row(c.new) for c in new_rows])
+                first = inserts(lit, table, [decode_row(c.new) for c in new_rows])
                 result.applied += sum(c.events for c in new_rows)
                 result.new_rows += len(new_rows)
         keys = [tuple([pk[k] for k in pk_cols]) for pk in [decode_row(c.pk) for c in changes]]
@@ -246,7 +234,7 @@ class ZoneWriter:
             self._marked.discard(table)
 
         writes: list[str] = []
-        upserts: list[dict] = []
+        to_upsert: list[dict] = []
         deletes: list[tuple] = []
         new_tombstones: list[tuple[str, int]] = []
         name = lit(table)
@@ -274,16 +262,16 @@ class ZoneWriter:
                 continue
             result.applied += change.events
             if action.kind == UPSERT:
-                upserts.append(decode_row(change.new))
+                to_upsert.append(decode_row(change.new))
             elif action.kind == DELETE_ROW:
                 deletes.append(key)
                 new_tombstones.append((change.pk_text, change.version))
             elif action.kind == TOMBSTONE:
                 new_tombstones.append((change.pk_text, change.version))
-        if upserts:
-            writes += _upserts(lit, table, upserts)
+        if to_upsert:
+            writes += upserts(lit, table, to_upsert)
         if deletes:
-            writes.append(f"DELETE FROM {q(table)} WHERE {_key_condition(lit, pk_cols, deletes)}")
+            writes.append(f"DELETE FROM {q(table)} WHERE {key_condition(lit, pk_cols, deletes)}")
         if new_tombstones:
             writes.append(
                 "INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES "
@@ -309,7 +297,7 @@ class ZoneWriter:
         """
         reads: list[str] = list(first)
         for start in range(0, len(keys), 500):
-            cond = _key_condition(lit, pk_cols, keys[start : start + 500])
+            cond = key_condition(lit, pk_cols, keys[start : start + 500])
             reads.append(f"SELECT * FROM {q(table)} WHERE {cond} FOR UPDATE")
         name = lit(table)
         reads.append(
@@ -317,7 +305,7 @@ class ZoneWriter:
             f"EXISTS (SELECT 1 FROM zonesync.row_locks WHERE table_name = {name})"
         )
         targets: dict[str, dict] = {}
-        sets = _result_sets(cur, reads)
+        sets = result_sets(cur, reads)
         for _ in first:
             next(sets)
         for _ in range(len(reads) - len(first) - 1):
@@ -345,7 +333,7 @@ class ZoneWriter:
                     f"SELECT 'l', pk, held_events FROM zonesync.row_locks WHERE table_name = {name} AND pk IN ({marks})"
                 )
             lookups.append(" UNION ALL ".join(parts))
-        for rows in _result_sets(cur, lookups):
+        for rows in result_sets(cur, lookups):
             for kind, pk, value in rows:
                 (tombstones if kind == "t" else locks)[pk] = int(value)
         return targets, tombstones, locks, marked
@@ -387,65 +375,6 @@ def _ascii_json(event: ChangeEvent) -> str:
     """The event as JSON with \\u escapes: it fits row_locks.first_event whatever the
     `zonesync` database's character set (the wire form is raw UTF-8). Rare: locks only."""
     return json.dumps(json.loads(event.to_json()), separators=(",", ":"))
-
-
-def _result_sets(cur, statements: list[str]):
-    """Run statements as one request; yields each one's rows in order (the cursor's
-    description is that result set's while its rows are being handled). Consume it whole:
-    unread result sets would block the connection's next request."""
-    cur.execute(";\n".join(statements))
-    for n in range(len(statements)):
-        if n:
-            cur.nextset()
-        yield cur.fetchall()
-
-
-def _send(cur, statements: list[str]) -> None:
-    """Run statements as one request (the connection allows multi-statements); an
-    error in any of them is raised here, and the caller rolls the transaction back."""
-    if not statements:
-        return
-    cur.execute(";\n".join(statements))
-    while cur.nextset():
-        pass
-    statements.clear()
-
-
-def _upserts(lit, table: str, rows: list[dict]) -> list[str]:
-    """Multi-row upserts carrying the event's _zs_origin and _zs_version; one per
-    column set (rows of one table normally share it) and 500 rows."""
-    return _multi_row(lit, table, rows, upsert=True)
-
-
-def _inserts(lit, table: str, rows: list[dict]) -> list[str]:
-    """Multi-row plain INSERTs of new rows: any existing key fails the statement."""
-    return _multi_row(lit, table, rows, upsert=False)
-
-
-def _multi_row(lit, table: str, rows: list[dict], upsert: bool) -> list[str]:
-    groups: dict[tuple[str, ...], list[dict]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row), []).append(row)
-    out = []
-    for cols, group in groups.items():
-        col_sql = ", ".join(q(c) for c in cols)
-        tail = ""
-        if upsert:
-            tail = " ON DUPLICATE KEY UPDATE " + ", ".join(f"{q(c)} = VALUES({q(c)})" for c in cols)
-        for start in range(0, len(group), 500):
-            # a group's rows have their columns in the order of `cols` (that is the group's key)
-            values = row_tuples(group[start : start + 500], lit)
-            out.append(f"INSERT INTO {q(table)} ({col_sql}) VALUES {values}{tail}")
-    return out
-
-
-def _key_condition(lit, pk_cols: list[str], keys: list[tuple]) -> str:
-    """WHERE condition matching these primary keys (an IN list for a one-column key)."""
-    if len(pk_cols) == 1:
-        return f"{q(pk_cols[0])} IN ({', '.join([lit(k[0]) for k in keys])})"
-    return " OR ".join(
-        "(" + " AND ".join(f"{q(c)} = {lit(v)}" for c, v in zip(pk_cols, k, strict=True)) + ")" for k in keys
-    )
 
 
 def lock_list(conn) -> list[dict]:

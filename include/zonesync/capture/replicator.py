@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -56,18 +55,12 @@ from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.capture.event import (
     DELETE,
     INSERT,
-    MAX_MESSAGE_EVENTS,
-    MAX_ROWS_PER_EVENT,
-    POS_BITS,
-    ROW_BITS,
     UPDATE,
     ChangeEvent,
     encode_messages,
-    encode_row,
     file_number,
-    make_lsn,
-    pk_text,
 )
+from zonesync.capture.publish import Txn, queue_txn_events
 from zonesync.capture.rows import RowDecoder
 from zonesync.meta import topics
 from zonesync.meta.db import MetaConfig
@@ -106,16 +99,6 @@ class SourceDB:
         if end is None:
             raise ReplicatorError(f"binary logging is off on {self.host}:{self.port}: zones need log_bin")
         return end
-
-
-@dataclass
-class _Txn:
-    txn_id: str
-    skip: bool
-    # per rows event: (table, its primary key columns, op, [(before, after)] per row,
-    # end position, whether the images are plain JSON values)
-    events: list[tuple[str, list[str], str, list, int, bool]] = field(default_factory=list)
-    rows: int = 0
 
 
 class Replicator:
@@ -258,6 +241,9 @@ class Replicator:
         pending: dict[int, list[ChangeEvent]] = {}  # events read, not yet produced, per partition
         pending_since = 0.0
 
+        def full(partition: int, events: list[ChangeEvent]) -> None:  # a queue reached its size
+            produced[partition] += self._produce(producer, events, partition)
+
         def on_delivery(err, msg):
             if err is not None:
                 errors.append(str(err))
@@ -315,7 +301,7 @@ class Replicator:
         boundary: tuple[str, int] | None = None  # position after the last commit read
         boundary_dirty = False
         try:
-            txn: _Txn | None = None
+            txn: Txn | None = None
             last_cp_time = time.monotonic()
             last_request_poll = time.monotonic()
             for ev in stream:
@@ -324,10 +310,10 @@ class Replicator:
                 log_file = stream.log_file
                 if isinstance(ev, MariadbGtidEvent | GtidEvent):
                     gtid = getattr(ev, "gtid", None) or f"{log_file}:{ev.packet.log_pos}"
-                    txn = _Txn(str(gtid), bool(ev.packet.flags & SKIP_REPLICATION_FLAG))
+                    txn = Txn(str(gtid), bool(ev.packet.flags & SKIP_REPLICATION_FLAG))
                 elif isinstance(ev, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     if txn is None:
-                        txn = _Txn(f"{log_file}:{ev.packet.log_pos}", False)
+                        txn = Txn(f"{log_file}:{ev.packet.log_pos}", False)
                     if ev.packet.flags & SKIP_REPLICATION_FLAG or txn.skip:
                         continue
                     if ev.schema not in self.source.schemas:
@@ -348,16 +334,16 @@ class Replicator:
                     if txn is not None and txn.events and not txn.skip:
                         if not pending:
                             pending_since = time.monotonic()
-                        hwm = self._publish_txn(
-                            producer,
+                        hwm = queue_txn_events(
                             txn,
                             log_file,
                             int(ev.timestamp),
+                            (self.zone, self.zone_id, self.partitions),
                             partition_lsns,
                             hwm,
                             retry_partitions,
-                            produced,
                             pending,
+                            full,
                         )
                     txn = None
                     boundary = (log_file, ev.packet.log_pos)
@@ -433,79 +419,6 @@ class Replicator:
         finally:
             stream.close()
             producer.flush(10)
-
-    def _publish_txn(
-        self, producer, txn, log_file, commit_ts, partition_lsns, hwm, retry_partitions, produced, pending
-    ) -> int:
-        """Step 4: one committed transaction's rows as ChangeEvents, queued per partition
-        (a full queue is produced at once); returns the new high-water mark.
-
-        Per row: the primary key, its text and partition, the LSN, the event. What is the
-        same for a whole rows event (its table's key columns and partition hash prefix,
-        the LSN's file and position bits, whether its images need tagging) is worked out
-        once per rows event: this loop runs for every row captured.
-        """
-        file_bits = file_number(log_file) << (POS_BITS + ROW_BITS)
-        make_lsn(file_number(log_file), 0, 0)  # (the file number fits an LSN)
-        count = txn.rows
-        zone, zone_id, partitions, txn_id = self.zone, self.zone_id, self.partitions, txn.txn_id
-        crc32 = zlib.crc32
-        index = 0
-        for table, pk_cols, op, images, end_pos, plain in txn.events:
-            seed = crc32(f"{table}\x00".encode())  # transport.partition_of, its table prefix hashed once
-            base = make_lsn(0, end_pos, 0) | file_bits
-            single = pk_cols[0] if len(pk_cols) == 1 else None
-            bump = 1 if op == DELETE else 0  # a delete's version is the deleted row's + 1: its
-            # tombstone outranks every earlier image of the row
-            for i, (old, new) in enumerate(images):
-                image = new if new is not None else old
-                if single is not None and type(image[single]) is int:
-                    value = image[single]
-                    enc_pk = {single: value}
-                    text = f"[{value}]"  # pk_text's form of a one-integer key
-                else:
-                    enc_pk = encode_row({c: image[c] for c in pk_cols})
-                    text = pk_text(enc_pk)
-                partition = crc32(text.encode(), seed) % partitions
-                if i > MAX_ROWS_PER_EVENT:
-                    make_lsn(0, end_pos, i)  # raises: the row index does not fit an LSN
-                lsn = base | i
-                is_retry = lsn <= hwm
-                prev_lsn = partition_lsns.get(partition, 0)
-                partition_lsns[partition] = lsn
-                if is_retry and retry_partitions is not None and partition not in retry_partitions:
-                    index += 1
-                    continue
-                event = ChangeEvent(
-                    lsn,
-                    prev_lsn,
-                    zone,
-                    int(image.get("_zs_origin") or zone_id),
-                    table,
-                    enc_pk,
-                    op,
-                    old if plain else encode_row(old),
-                    new if plain else encode_row(new),
-                    int(image.get("_zs_version") or 0) + bump,
-                    txn_id,
-                    index,
-                    count,
-                    commit_ts,
-                    partition,
-                    is_retry,
-                )
-                index += 1
-                queue = pending.get(partition)
-                if queue is None:
-                    pending[partition] = [event]
-                else:
-                    queue.append(event)
-                    if len(queue) >= MAX_MESSAGE_EVENTS:
-                        produced[partition] += self._produce(producer, queue, partition)
-                        del pending[partition]
-                if lsn > hwm:
-                    hwm = lsn
-        return hwm
 
     def _flush(self, producer: Producer, pending: dict, produced: list[int]) -> None:
         """Every partition's queued events, one message per partition."""

@@ -1,0 +1,109 @@
+"""Step 4 of the replicator (replicator.py): a committed transaction's rows as ChangeEvents.
+
+Each row gets its deterministic LSN, the prev_lsn of its partition (the partition's
+last LSN, kept by the caller across transactions and passes), and is queued for its
+partition; the replicator produces the queues as messages.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+from zonesync.capture.event import (
+    DELETE,
+    MAX_MESSAGE_EVENTS,
+    MAX_ROWS_PER_EVENT,
+    POS_BITS,
+    ROW_BITS,
+    ChangeEvent,
+    encode_row,
+    file_number,
+    make_lsn,
+    pk_text,
+)
+
+
+@dataclass
+class Txn:
+    txn_id: str
+    skip: bool
+    # per rows event: (table, its primary key columns, op, [(before, after)] per row,
+    # end position, whether the images are plain JSON values)
+    events: list[tuple[str, list[str], str, list, int, bool]] = field(default_factory=list)
+    rows: int = 0
+
+
+def queue_txn_events(
+    txn: Txn, log_file, commit_ts, source, partition_lsns, hwm, retry_partitions, pending, full
+) -> int:
+    """Step 4: one committed transaction's rows as ChangeEvents, queued per partition;
+    a queue that reaches MAX_MESSAGE_EVENTS goes to `full(partition, events)` at once.
+    `source` is (zone, zone id, partition count); returns the new high-water mark.
+
+    Per row: the primary key, its text and partition, the LSN, the event. What is the
+    same for a whole rows event (its table's key columns and partition hash prefix,
+    the LSN's file and position bits, whether its images need tagging) is worked out
+    once per rows event: this loop runs for every row captured.
+    """
+    file_bits = file_number(log_file) << (POS_BITS + ROW_BITS)
+    make_lsn(file_number(log_file), 0, 0)  # (the file number fits an LSN)
+    count = txn.rows
+    (zone, zone_id, partitions), txn_id = source, txn.txn_id
+    crc32 = zlib.crc32
+    index = 0
+    for table, pk_cols, op, images, end_pos, plain in txn.events:
+        seed = crc32(f"{table}\x00".encode())  # transport.partition_of, its table prefix hashed once
+        base = make_lsn(0, end_pos, 0) | file_bits
+        single = pk_cols[0] if len(pk_cols) == 1 else None
+        bump = 1 if op == DELETE else 0  # a delete's version is the deleted row's + 1: its
+        # tombstone outranks every earlier image of the row
+        for i, (old, new) in enumerate(images):
+            image = new if new is not None else old
+            if single is not None and type(image[single]) is int:
+                value = image[single]
+                enc_pk = {single: value}
+                text = f"[{value}]"  # pk_text's form of a one-integer key
+            else:
+                enc_pk = encode_row({c: image[c] for c in pk_cols})
+                text = pk_text(enc_pk)
+            partition = crc32(text.encode(), seed) % partitions
+            if i > MAX_ROWS_PER_EVENT:
+                make_lsn(0, end_pos, i)  # raises: the row index does not fit an LSN
+            lsn = base | i
+            is_retry = lsn <= hwm
+            prev_lsn = partition_lsns.get(partition, 0)
+            partition_lsns[partition] = lsn
+            if is_retry and retry_partitions is not None and partition not in retry_partitions:
+                index += 1
+                continue
+            event = ChangeEvent(
+                lsn,
+                prev_lsn,
+                zone,
+                int(image.get("_zs_origin") or zone_id),
+                table,
+                enc_pk,
+                op,
+                old if plain else encode_row(old),
+                new if plain else encode_row(new),
+                int(image.get("_zs_version") or 0) + bump,
+                txn_id,
+                index,
+                count,
+                commit_ts,
+                partition,
+                is_retry,
+            )
+            index += 1
+            queue = pending.get(partition)
+            if queue is None:
+                pending[partition] = [event]
+            else:
+                queue.append(event)
+                if len(queue) >= MAX_MESSAGE_EVENTS:
+                    del pending[partition]
+                    full(partition, queue)
+            if lsn > hwm:
+                hwm = lsn
+    return hwm
