@@ -321,11 +321,10 @@ class Applier:
             self._committed(shares)
             return
         self._reap(in_flight, keep=self.rounds_in_flight - 1)
-        futures = []
-        for lane, share in rounds.items():
-            changes = [(key[0], [e for e, _ in chain]) for key, chain in share]
-            positions = [(key[0], key[1], chain[-1][0].lsn, chain[-1][1]) for key, chain in share]
-            futures.append(lanes[lane].submit(self._lane_share, failed, changes, positions))
+        futures = [
+            lanes[lane].submit(self._lane_share, failed, _changes(share), _positions(share))
+            for lane, share in rounds.items()
+        ]
         in_flight.append((futures, shares))
 
     def _lane_share(self, failed: threading.Event, changes, positions) -> None:
@@ -366,13 +365,13 @@ class Applier:
             work = []
             for share in shares:
                 if len(levels) == 1:
-                    changes = [(key[0], [e for e, _ in chain]) for key, chain in share]
+                    changes, positions = _changes(share), _positions(share)
                 else:
                     changes = [
                         (key[0], [e for e, _ in chain if weights.get(e.table, 0) == level]) for key, chain in share
                     ]
                     changes = [c for c in changes if c[1]]
-                positions = [(key[0], key[1], chain[-1][0].lsn, chain[-1][1]) for key, chain in share] if last else []
+                    positions = _positions(share) if last else []
                 if changes or positions:
                     work.append((changes, positions))
             if len(work) == 1 or lanes is None:  # one share (a quiet round): no hand-off to a thread
@@ -473,3 +472,13 @@ class Applier:
                 )
         finally:
             conn.close()
+
+
+def _changes(share) -> list:
+    """A worker's share as the writer takes it: (source zone, events) per partition."""
+    return [(key[0], [e for e, _ in chain]) for key, chain in share]
+
+
+def _positions(share) -> list:
+    """(source zone, partition, last LSN, its Kafka offset) per partition of a share."""
+    return [(key[0], key[1], chain[-1][0].lsn, chain[-1][1]) for key, chain in share]

@@ -191,14 +191,19 @@ class ZoneWriter:
             send(cur, writes)
         return result
 
+    def _keyed_by_primary_key(self, table: str, changes) -> list[str]:
+        """The table's primary key columns, once every event or net change is keyed by them."""
+        pk_cols = self.primary_key(table)
+        columns = set(pk_cols)
+        for change in changes:
+            if change.pk.keys() != columns:
+                raise ApplyError(f"event for {table} keyed by {sorted(change.pk)}, but its primary key is {pk_cols}")
+        return pk_cols
+
     def _insert_new(self, cur, lit, table: str, events: list[ChangeEvent], result) -> None:
         """Insert events of a table without tombstones or locked rows, unmerged, as new rows
         (see "New rows" above); raises _NotAllNew when the table has either after all."""
-        pk_cols = self.primary_key(table)
-        columns = set(pk_cols)
-        for e in events:
-            if e.pk.keys() != columns:
-                raise ApplyError(f"event for {table} keyed by {sorted(e.pk)}, but its primary key is {pk_cols}")
+        pk_cols = self._keyed_by_primary_key(table, events)
         first = inserts(lit, table, [decode_row(e.new) for e in events])
         if self._read(cur, lit, table, pk_cols, [], [], first)[3]:
             self._marked.add(table)
@@ -210,11 +215,7 @@ class ZoneWriter:
         self, cur, lit, source_zone: str, table: str, changes: list[NetChange], result, read_first: bool
     ) -> list[str]:
         """Read, decide; returns the write statements (not yet sent)."""
-        pk_cols = self.primary_key(table)
-        columns = set(pk_cols)
-        for change in changes:
-            if change.pk.keys() != columns:
-                raise ApplyError(f"event for {table} keyed by {sorted(change.pk)}, but its primary key is {pk_cols}")
+        pk_cols = self._keyed_by_primary_key(table, changes)
         first: list[str] = []  # sent ahead of the reads: the new rows' INSERT
         if not read_first and table not in self._marked:
             new_rows = [c for c in changes if c.first_op == INSERT and c.new is not None]

@@ -150,21 +150,8 @@ class ChangeEvent(msgspec.Struct, gc=False):
         """
         if type(raw) is not bytes:  # a null message (Kafka tombstone) has no value
             raise EventError(f"event is not a JSON document (a message value of {type(raw).__name__})")
-        if not raw.isascii():
-            # msgspec skips unknown fields without validating their UTF-8; the checks
-            # below refuse such a document, so it must not pass here either
-            try:
-                raw.decode()
-            except UnicodeDecodeError:
-                return cls._checked(raw)
-        try:
-            event = _FAST_DECODE(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
-            return cls._checked(raw)
-        op = event.op
-        if (event.new is None and op != DELETE) or (event.old is None and op != INSERT):
-            return cls._checked(raw)
-        return event
+        events = _fast(_FAST_DECODE, raw)
+        return events[0] if events is not None else cls._checked(raw)
 
     @classmethod
     def _checked(cls, raw: bytes) -> ChangeEvent:
@@ -201,6 +188,30 @@ _OPS = frozenset((INSERT, UPDATE, DELETE))
 _DECODE = json.JSONDecoder().decode
 _FAST_DECODE = msgspec.json.Decoder(ChangeEvent).decode
 _FAST_BATCH = msgspec.json.Decoder(list[ChangeEvent]).decode
+
+
+def _fast(decoder, raw: bytes) -> list[ChangeEvent] | None:
+    """The typed decoder's events (a lone document's as a list of one), or None for
+    anything it refuses or that breaks the op/row rules: those go through the checks.
+
+    msgspec skips unknown fields without validating their UTF-8, and the checks refuse
+    such a document, so it must not pass here either. op is one of the three and new
+    and old are objects or null (the decoder checked that); what is left is which of
+    them an op needs.
+    """
+    if not raw.isascii():
+        try:
+            raw.decode()
+        except UnicodeDecodeError:
+            return None
+    try:
+        decoded = decoder(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+        return None
+    events = decoded if type(decoded) is list else [decoded]
+    if any((e.new is None and e.op != DELETE) or (e.old is None and e.op != INSERT) for e in events):
+        return None
+    return events
 
 
 def _parse(raw: bytes):
@@ -247,23 +258,9 @@ def decode_message(raw: bytes) -> list[ChangeEvent]:
         return [ChangeEvent.from_json(raw)]  # names the missing value
     if raw[:1] != b"[":
         return [ChangeEvent.from_json(raw)]
-    valid_utf8 = raw.isascii()
-    if not valid_utf8:
-        # msgspec skips unknown fields without validating their UTF-8 (see from_json)
-        try:
-            raw.decode()
-            valid_utf8 = True
-        except UnicodeDecodeError:
-            pass
-    if valid_utf8:
-        try:
-            events = _FAST_BATCH(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
-            events = None
-        # (op is one of the three, and new and old are objects or null: the decoder
-        # checked that; what is left is which of them an op needs)
-        if events and not any((e.new is None and e.op != DELETE) or (e.old is None and e.op != INSERT) for e in events):
-            return events
+    events = _fast(_FAST_BATCH, raw)
+    if events:
+        return events
     # anything the typed decoder refused: the Python checks, event by event, which
     # accept or name the fault as they do for a lone event
     docs = _parse(raw)

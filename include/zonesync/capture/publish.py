@@ -10,6 +10,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
+from zonesync import transport
 from zonesync.capture.event import (
     DELETE,
     MAX_MESSAGE_EVENTS,
@@ -46,14 +47,15 @@ def queue_txn_events(
     the LSN's file and position bits, whether its images need tagging) is worked out
     once per rows event: this loop runs for every row captured.
     """
-    file_bits = file_number(log_file) << (POS_BITS + ROW_BITS)
-    make_lsn(file_number(log_file), 0, 0)  # (the file number fits an LSN)
+    fno = file_number(log_file)
+    make_lsn(fno, 0, 0)  # (the file number fits an LSN)
+    file_bits = fno << (POS_BITS + ROW_BITS)
     count = txn.rows
     (zone, zone_id, partitions), txn_id = source, txn.txn_id
     crc32 = zlib.crc32
     index = 0
     for table, pk_cols, op, images, end_pos, plain in txn.events:
-        seed = crc32(f"{table}\x00".encode())  # transport.partition_of, its table prefix hashed once
+        seed = transport.table_seed(table)  # transport.partition_of, the table's part hashed once
         base = make_lsn(0, end_pos, 0) | file_bits
         single = pk_cols[0] if len(pk_cols) == 1 else None
         bump = 1 if op == DELETE else 0  # a delete's version is the deleted row's + 1: its

@@ -228,31 +228,32 @@ class RowDecoder:
         # id(Table) -> reader, or None when the library reads this table. The
         # Table object is what a table map parsed into; the stream keeps it for as
         # long as that table id is in use (see the replicator's freeze_schema).
-        self._readers: dict[int, tuple[object, callable | None]] = {}
-        self._plain: dict[int, bool] = {}
+        # (the Table, its reader, whether the reader's images are plain)
+        self._readers: dict[int, tuple[object, callable | None, bool]] = {}
         self.fallbacks = 0
 
     def reader(self, table):
         """The compiled reader of a table map's row image, or None (the library's)."""
-        cached = self._readers.get(id(table))
-        if cached is not None and cached[0] is table:
-            return cached[1]
-        if len(self._readers) >= 1024:
-            self._readers.clear()  # table maps of binlog files long read
-            self._plain.clear()
-        try:
-            reader = _compile_image(table.columns)
-        except Unsupported:
-            reader = None
-        self._readers[id(table)] = (table, reader)
-        self._plain[id(table)] = reader is not None and all(_plain_column(col) for col in table.columns)
-        return reader
+        return self._entry(table)[1]
 
     def plain(self, table) -> bool:
         """Whether the compiled reader gives only JSON's own values for this table map (ints,
         floats, text, NULL): its row images need no tagging (event.encode_row)."""
-        self.reader(table)
-        return self._plain[id(table)]
+        return self._entry(table)[2]
+
+    def _entry(self, table) -> tuple[object, callable | None, bool]:
+        cached = self._readers.get(id(table))
+        if cached is not None and cached[0] is table:
+            return cached
+        if len(self._readers) >= 1024:
+            self._readers.clear()  # table maps of binlog files long read
+        try:
+            reader = _compile_image(table.columns)
+        except Unsupported:
+            reader = None
+        plain = reader is not None and all(_plain_column(col) for col in table.columns)
+        entry = self._readers[id(table)] = (table, reader, plain)
+        return entry
 
     def images(self, ev) -> list[tuple[dict | None, dict | None]]:
         """(before, after) per row: (None, new) for an insert, (old, None) for a delete."""
