@@ -6,6 +6,7 @@
 #      a Java 17 runtime (Spark), a C toolchain.
 #   2. .venv with the exact versions of requirements.lock and zonesync itself
 #      (editable: packages zonesync and zonesync_airflow).
+#   3. zonesync's C module (scripts/build_native.py), rebuilt when its source changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,10 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 APT_PACKAGES=(mariadb-server-core mariadb-client-core libmariadb-dev libmariadb-java
               openjdk-17-jre-headless build-essential pkg-config)
+# the C module builds against the interpreter's headers: Debian's for Debian's python3
+if ! "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+  APT_PACKAGES+=(python3-dev)
+fi
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -42,12 +47,13 @@ fi
 stamp="$VENV/.zonesync-setup"
 want=$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/zonesync" ]; then
-  exit 0
+  exec "$VENV/bin/python" scripts/build_native.py
 fi
 [ -x "$VENV/bin/python" ] || { echo "setup: creating $VENV"; "$PYTHON" -m venv "$VENV"; }
 echo "setup: installing pinned Python packages into $VENV (first time: a few minutes)"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -r requirements.lock
 "$VENV/bin/python" -m pip install -q --no-deps -e . 2>/dev/null
+"$VENV/bin/python" scripts/build_native.py
 echo "$want" > "$stamp"
 echo "setup: done"

@@ -62,3 +62,30 @@ def test_row_tuples_are_the_rows_literals_in_order(zones, sql_mode):
     finally:
         conn.close()
     assert row_tuples([], lit) == ""
+
+
+@pytest.mark.parametrize("sql_mode", ["", "NO_BACKSLASH_ESCAPES"])
+def test_rows_of_integers_text_and_nulls_render_as_their_literals(zones, sql_mode):
+    """The C renderer's rows (apply/literals.py) are the rows' literals, and read back."""
+    from zonesync import _native
+    from zonesync.apply.literals import row_tuples
+
+    every_char = "".join(chr(c) for c in range(128)) + "é ✓ 区 😀"
+    rows = [
+        {"a": n, "b": every_char[n:] + every_char[:n], "c": None if n % 2 else -(2**63) + n, "d": 2**64 + n}
+        for n in range(0, 140, 7)
+    ]
+    conn = zones["a"].connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = %s", (sql_mode,))
+            lit = literal_function(conn)
+            expected = ", ".join("(" + ", ".join(conn.literal(v) for v in row.values()) + ")" for row in rows)
+            assert row_tuples(rows, lit) == expected
+            assert (_native.render_rows(rows, 4) == expected) == (sql_mode == ""), "the C renderer is used"
+            cur.execute("SELECT * FROM (VALUES " + row_tuples(rows, lit) + ") AS t")
+            back = [[int(v) if isinstance(v, decimal.Decimal) else v for v in r] for r in cur.fetchall()]
+            assert back == [list(row.values()) for row in rows]
+    finally:
+        conn.close()
+    assert _native.render_rows([{"a": 1.5}], 1) is None and _native.render_rows([{"a": 1}], 2) is None

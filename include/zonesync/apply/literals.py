@@ -6,12 +6,20 @@ a quarter of its CPU. Rows are mostly integers and strings: those are written
 here directly, with pymysql's own escaping table; every other type (bytes,
 decimals, dates, floats, booleans) still goes through the connection's
 `literal`, and so does everything on a session in NO_BACKSLASH_ESCAPES mode.
+
+Rows of only integers, text and NULLs (most rows) are rendered by the C module
+(zonesync/_native.c render_rows), with the same escaping, when it is built.
 """
 
 from __future__ import annotations
 
 from pymysql.constants import SERVER_STATUS
 from pymysql.converters import escape_string
+
+try:
+    from zonesync import _native
+except ImportError:  # not built (scripts/build_native.py): rows are rendered here
+    _native = None
 
 
 def literal_function(conn):
@@ -30,6 +38,7 @@ def literal_function(conn):
             return "NULL"
         return slow(value)
 
+    literal.backslash_escapes = True  # the C renderer's escaping (row_tuples)
     return literal
 
 
@@ -43,6 +52,10 @@ def row_tuples(rows: list[dict], lit) -> str:
     if not rows:
         return ""
     width = len(rows[0])
+    if _native is not None and getattr(lit, "backslash_escapes", False):
+        text = _native.render_rows(rows, width)  # None: a value it does not render
+        if text is not None:
+            return text
     render = _RENDERERS.get(width)
     if render is None:
         render = _RENDERERS[width] = _compile_renderer(width)

@@ -38,6 +38,7 @@ from pymysqlreplication.event import MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from zonesync.capture.event import DELETE, INSERT, UPDATE
+from zonesync.capture.native_rows import NativeRows
 from zonesync.capture.rows import RowDecoder, decode_rows, full_bitmap
 
 ROWS_V1_POST_HEADER = 8  # table id (6) and flags (2)
@@ -282,8 +283,12 @@ class LeanBinLogStreamReader(BinLogStreamReader):
         for n in range(bitmaps):
             if data[pos + n * width : pos + (n + 1) * width] != full:
                 return None  # a partial row image
+        start = pos + bitmaps * width
+        spec = self.rows.native(table)
         try:
-            decoded = decode_rows(read, change, data, pos + bitmaps * width, end)
+            decoded = NativeRows.check(spec, read, data, start, end, change) if spec is not None else None
+            if decoded is None:
+                decoded = decode_rows(read, change, data, start, end)
         except Exception:  # noqa: BLE001 - anything unexpected: the library reads it
             return None
         if decoded is None:

@@ -23,6 +23,7 @@ from zonesync.capture.event import (
     make_lsn,
     pk_text,
 )
+from zonesync.capture.native_rows import NativeRows, queue_native
 
 
 @dataclass
@@ -55,6 +56,14 @@ def queue_txn_events(
     crc32 = zlib.crc32
     index = 0
     for table, pk_cols, op, images, end_pos, plain in txn.events:
+        if type(images) is NativeRows:  # read by the C module: queued by it (native_rows.py)
+            chain = [partition_lsns, hwm, retry_partitions, pending]
+            done = queue_native(
+                images, table, pk_cols, op, end_pos, file_bits, source, txn_id, index, count, commit_ts, chain, full
+            )
+            if done is not None:
+                index, hwm = done, chain[1]
+                continue
         seed = transport.table_seed(table)  # transport.partition_of, the table's part hashed once
         base = make_lsn(0, end_pos, 0) | file_bits
         single = pk_cols[0] if len(pk_cols) == 1 else None

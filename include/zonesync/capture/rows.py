@@ -29,6 +29,7 @@ from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from zonesync.capture.event import DELETE, INSERT, UPDATE
+from zonesync.capture.native_rows import NativeRows, NativeSpec, native_spec
 
 # Fixed-width columns: struct format per (type, unsigned).
 _FIXED = {
@@ -228,8 +229,8 @@ class RowDecoder:
         # id(Table) -> reader, or None when the library reads this table. The
         # Table object is what a table map parsed into; the stream keeps it for as
         # long as that table id is in use (see the replicator's freeze_schema).
-        # (the Table, its reader, whether the reader's images are plain)
-        self._readers: dict[int, tuple[object, callable | None, bool]] = {}
+        # (the Table, its reader, whether the reader's images are plain, the C module's spec)
+        self._readers: dict[int, tuple[object, callable | None, bool, NativeSpec | None]] = {}
         self.fallbacks = 0
 
     def reader(self, table):
@@ -241,7 +242,11 @@ class RowDecoder:
         floats, text, NULL): its row images need no tagging (event.encode_row)."""
         return self._entry(table)[2]
 
-    def _entry(self, table) -> tuple[object, callable | None, bool]:
+    def native(self, table) -> NativeSpec | None:
+        """The C module's spec of a table map (native_rows.py), or None (the Python reader's)."""
+        return self._entry(table)[3]
+
+    def _entry(self, table) -> tuple[object, callable | None, bool, NativeSpec | None]:
         cached = self._readers.get(id(table))
         if cached is not None and cached[0] is table:
             return cached
@@ -252,7 +257,8 @@ class RowDecoder:
         except Unsupported:
             reader = None
         plain = reader is not None and all(_plain_column(col) for col in table.columns)
-        entry = self._readers[id(table)] = (table, reader, plain)
+        spec = native_spec(table.columns, _encoding) if reader is not None else None
+        entry = self._readers[id(table)] = (table, reader, plain, spec)
         return entry
 
     def images(self, ev) -> list[tuple[dict | None, dict | None]]:
@@ -290,7 +296,10 @@ class RowDecoder:
             return None  # a partial row image
         raw = wrapper.packet
         kind = UPDATE if update else INSERT if isinstance(ev, WriteRowsEvent) else DELETE
-        return decode_rows(read, kind, raw._data, raw._position, raw._position + ev.event_size - wrapper.read_bytes)
+        start, end = raw._position, raw._position + ev.event_size - wrapper.read_bytes
+        spec = self.native(ev.table_map[ev.table_id])
+        native = NativeRows.check(spec, read, raw._data, start, end, kind) if spec is not None else None
+        return native if native is not None else decode_rows(read, kind, raw._data, start, end)
 
 
 def _plain_column(col) -> bool:
