@@ -544,9 +544,77 @@ out:
     return result;
 }
 
+/* render_tsv(rows, columns) -> bytes or None
+ *
+ * The rows as LOAD DATA's default text format (tab between fields, newline after each
+ * row, NULL as \N, backslash escapes), for rows (dicts) of integers that fit a
+ * BIGINT, text and NULLs whose keys are `columns`, in that order (apply/load_data.py).
+ * Anything else gives None: the caller sends an INSERT. */
+static PyObject *render_tsv(PyObject *self, PyObject *args) {
+    PyObject *rows, *columns;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &rows, &PyTuple_Type, &columns)) return NULL;
+    Py_ssize_t width = PyTuple_GET_SIZE(columns);
+    Buf out = {0};
+    PyObject *result = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    for (Py_ssize_t r = 0; r < n; r++) {
+        PyObject *row = PyList_GET_ITEM(rows, r);
+        if (!PyDict_CheckExact(row) || PyDict_GET_SIZE(row) != width) goto unsupported;
+        Py_ssize_t at = 0, k = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(row, &at, &key, &value)) {
+            PyObject *column = PyTuple_GET_ITEM(columns, k);
+            if (key != column) { /* (decoded rows share their key objects: mostly the same pointer) */
+                int same = PyObject_RichCompareBool(key, column, Py_EQ);
+                if (same < 0) goto out;
+                if (!same) goto unsupported;
+            }
+            if (k++ && buf_put(&out, LIT("\t"))) goto out;
+            if (value == Py_None) {
+                if (buf_put(&out, LIT("\\N"))) goto out;
+            } else if (PyLong_CheckExact(value)) {
+                int overflow = 0;
+                long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+                if (v == -1 && PyErr_Occurred()) goto out;
+                if (overflow) goto unsupported;
+                if (buf_i64(&out, v)) goto out;
+            } else if (PyUnicode_CheckExact(value)) {
+                Py_ssize_t len;
+                const char *s = PyUnicode_AsUTF8AndSize(value, &len);
+                if (!s) goto out;
+                if (buf_grow(&out, (size_t)len * 2)) goto out;
+                char *o = out.p + out.len;
+                for (Py_ssize_t i = 0; i < len; i++) {
+                    char c = s[i];
+                    switch (c) {
+                    case '\0': *o++ = '\\'; *o++ = '0'; break;
+                    case '\\': *o++ = '\\'; *o++ = '\\'; break;
+                    case '\n': *o++ = '\\'; *o++ = 'n'; break;
+                    case '\r': *o++ = '\\'; *o++ = 'r'; break;
+                    case '\t': *o++ = '\\'; *o++ = 't'; break;
+                    default: *o++ = c;
+                    }
+                }
+                out.len = (size_t)(o - out.p);
+            } else {
+                goto unsupported;
+            }
+        }
+        if (buf_put(&out, LIT("\n"))) goto out;
+    }
+    result = PyBytes_FromStringAndSize(out.p ? out.p : "", (Py_ssize_t)out.len);
+    goto out;
+unsupported:
+    result = Py_NewRef(Py_None);
+out:
+    PyMem_Free(out.p);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk_rows", walk_rows, METH_VARARGS, "Rows of a rows event this module can read, or -1."},
     {"queue_rows", queue_rows, METH_VARARGS, "One rows event's rows as queued event documents."},
+    {"render_tsv", render_tsv, METH_VARARGS, "Rows of integers, text and NULLs as LOAD DATA text, or None."},
     {"render_rows", render_rows, METH_VARARGS, "Rows of integers, text and NULLs as SQL tuples, or None."},
     {NULL, NULL, 0, NULL},
 };

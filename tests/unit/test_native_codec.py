@@ -55,3 +55,14 @@ def test_bad_arguments_are_errors_not_crashes():
     with pytest.raises(ValueError):
         _native.walk_rows(*SPEC, b"", 0, 0, 7)  # no such op
     assert _native.walk_rows(*SPEC, b"abc", 2, 9, 0) == -1  # a range past the data
+
+
+def test_load_data_text_escapes_what_load_data_reads_back_and_refuses_the_rest():
+    rows = [{"a": 1, "b": "t\tn\nr\rz\x00b\\", "c": None}, {"a": -(2**63), "b": "\\N", "c": "é"}]
+    assert _native.render_tsv(rows, ("a", "b", "c")) == (
+        b"1\tt\\tn\\nr\\rz\\0b\\\\\t\\N\n-9223372036854775808\t\\\\N\t\xc3\xa9\n"
+    )
+    assert _native.render_tsv([{"a": 2**63}], ("a",)) is None  # past a BIGINT: the INSERT's
+    assert _native.render_tsv([{"a": 1.5}], ("a",)) is None
+    assert _native.render_tsv([{"b": 1, "a": 2}], ("a", "b")) is None  # other columns, or order
+    assert _native.render_tsv([{"a": 1}, {"a": 1, "b": 2}], ("a",)) is None

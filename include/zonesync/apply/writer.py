@@ -31,6 +31,9 @@ by row. Bulk loads of new rows (a catch-up, a migration) thereby cost the
 target one INSERT per row instead of a locking read and an upsert. A source's
 batch of nothing but inserts is not even merged: its keys are unique (the
 source's primary key), and a repeated one fails the INSERT like any other.
+Where it can, the INSERT is a LOAD DATA LOCAL sent from memory, checked to
+load every row without a warning (load_data.py): the same outcomes, at about
+two thirds of the target's CPU.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 import pymysql
 from pymysql.constants import CLIENT
 
+from zonesync.apply import load_data
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
 from zonesync.apply.literals import literal_function
 from zonesync.apply.merge import NetChange, merge
@@ -72,12 +76,14 @@ class ZoneWriter:
         # Tables whose last look found a tombstone or a locked row: their new rows are
         # read first (a hint only: correctness comes from asking after the INSERT).
         self._marked: set[str] = set()
+        self._load = True  # new rows as LOAD DATA (load_data.py), until a server refuses it
 
     def connect(self):
         if self.conn is None:
-            self.conn = pymysql.connect(
+            self.conn = load_data.LoadConnection(
                 **self.params,
                 autocommit=False,
+                local_infile=True,  # answered from memory only (load_data.py)
                 client_flag=CLIENT.MULTI_STATEMENTS,  # a transaction's writes and COMMIT in one request
                 # READ COMMITTED: no gap locks, so parallel batches inserting new keys never deadlock.
                 init_command="SET time_zone = '+00:00', skip_replication = 1, tx_isolation = 'READ-COMMITTED'",
@@ -134,6 +140,9 @@ class ZoneWriter:
                 read_first = True  # the new-rows INSERT met an existing key
             except pymysql.err.OperationalError as exc:
                 self._rollback(conn)
+                if exc.args[0] in load_data.DISABLED_ERRORS and self._load:
+                    self._load = False  # this server takes no LOAD DATA LOCAL: INSERTs from now on
+                    continue
                 if exc.args[0] not in (1205, 1213) or attempt == 6:
                     raise
             except BaseException:
@@ -204,12 +213,22 @@ class ZoneWriter:
         """Insert events of a table without tombstones or locked rows, unmerged, as new rows
         (see "New rows" above); raises _NotAllNew when the table has either after all."""
         pk_cols = self._keyed_by_primary_key(table, events)
-        first = inserts(lit, table, [decode_row(e.new) for e in events])
+        first = self._new_rows(cur, lit, table, [decode_row(e.new) for e in events])
         if self._read(cur, lit, table, pk_cols, [], [], first)[3]:
             self._marked.add(table)
             raise _NotAllNew(table)
         result.applied += len(events)
         result.new_rows += len(events)
+
+    def _new_rows(self, cur, lit, table: str, rows: list[dict]) -> list[str]:
+        """The statements that write these rows as new: one LOAD DATA, its rows handed to
+        the connection (load_data.py), or multi-row INSERTs."""
+        data = load_data.payload(rows) if self._load and load_data.available(lit) else None
+        if data is None:
+            return inserts(lit, table, rows)
+        cur.connection.payload = data
+        self._loading = len(rows)
+        return [load_data.statement(q(table), ", ".join(q(c) for c in rows[0]))]
 
     def _apply_table(
         self, cur, lit, source_zone: str, table: str, changes: list[NetChange], result, read_first: bool
@@ -221,7 +240,7 @@ class ZoneWriter:
             new_rows = [c for c in changes if c.first_op == INSERT and c.new is not None]
             if new_rows:
                 changes = [c for c in changes if c.first_op != INSERT or c.new is None]
-                first = inserts(lit, table, [decode_row(c.new) for c in new_rows])
+                first = self._new_rows(cur, lit, table, [decode_row(c.new) for c in new_rows])
                 result.applied += sum(c.events for c in new_rows)
                 result.new_rows += len(new_rows)
         keys = [tuple([pk[k] for k in pk_cols]) for pk in [decode_row(c.pk) for c in changes]]
@@ -307,8 +326,13 @@ class ZoneWriter:
         )
         targets: dict[str, dict] = {}
         sets = result_sets(cur, reads)
-        for _ in first:
+        for statement in first:
             next(sets)
+            if statement.startswith("LOAD DATA"):
+                # LOCAL skips a duplicate key and truncates a value that does not fit,
+                # with a warning each, where the INSERT would have failed
+                if cur.rowcount != self._loading or cur._result.warning_count:
+                    raise _NotAllNew(table)
         for _ in range(len(reads) - len(first) - 1):
             rows = next(sets)
             names = [d[0] for d in cur.description]
