@@ -235,6 +235,67 @@ def one(*events):
     return merge(list(events))[0]
 
 
+def net(change):
+    return (change.first_op, change.last_op, change.old, change.new, change.version, change.events)
+
+
+def test_every_merge_rule_keeps_what_the_decision_needs():
+    """S003-11, S003-13, S003-15 to S003-18: the net change of each pair of events on a key."""
+    # insert + update -> insert of the updated row, at the update's version
+    assert net(one(ev(1, 0, "insert", new=row(1)), ev(2, 1, "update", old=row(1), new=row(2, "x")))) == (
+        "insert", "update", None, row(2, "x"), 2, 2,
+    )  # fmt: skip
+    # update + insert (a copy's row after an increment) -> the newer row, no old row to check
+    assert net(one(ev(1, 0, "update", old=row(1), new=row(2)), ev(2, 1, "insert", new=row(3, "copy")))) == (
+        "insert", "insert", None, row(3, "copy"), 3, 2,
+    )  # fmt: skip
+    # update + delete -> delete checked against the update's old row
+    assert net(one(ev(1, 0, "update", old=row(1), new=row(2)), ev(2, 1, "delete", old=row(2), version=3))) == (
+        "update", "delete", row(1), None, 3, 2,
+    )  # fmt: skip
+    # delete + insert -> from the deleted row to the new one (the deleted row is checked)
+    assert net(one(ev(1, 0, "delete", old=row(1), version=2), ev(2, 1, "insert", new=row(3)))) == (
+        "delete", "insert", row(1), row(3), 3, 2,
+    )  # fmt: skip
+    # delete + update (a copy's row after a delete) -> the newer row, version-guarded
+    assert net(one(ev(1, 0, "delete", old=row(1), version=2), ev(2, 1, "update", old=row(7), new=row(8)))) == (
+        "insert", "update", None, row(8), 8, 2,
+    )  # fmt: skip
+    # delete + delete -> delete at the newer version
+    assert net(one(ev(1, 0, "delete", old=row(1), version=2), ev(2, 1, "delete", old=row(4), version=5))) == (
+        "delete", "delete", row(1), None, 5, 2,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "events, target, tomb, expect",
+    [
+        # S003-13 update + insert: lands when newer, whatever the target row; skipped when not newer
+        ((ev(1, 0, "update", old=row(1), new=row(2)), ev(2, 1, "insert", new=row(3))), row(1, "other"), None, UPSERT),
+        ((ev(1, 0, "update", old=row(1), new=row(2)), ev(2, 1, "insert", new=row(3))), row(4), None, SKIP),
+        # S003-15 update + delete: the update's old row must be the target's, or the row locks
+        ((ev(1, 0, "update", old=row(1), new=row(2)), ev(2, 1, "delete", old=row(2), version=3)), row(1), None,
+         DELETE_ROW),
+        ((ev(1, 0, "update", old=row(1), new=row(2)), ev(2, 1, "delete", old=row(2), version=3)), row(1, "x"), None,
+         LOCK),
+        # S003-16 delete + insert on an existing key: the new row, unless the deleted row is not the target's
+        ((ev(1, 0, "delete", old=row(1), version=2), ev(2, 1, "insert", new=row(3))), row(1), None, UPSERT),
+        ((ev(1, 0, "delete", old=row(1), version=2), ev(2, 1, "insert", new=row(3))), row(1, "x"), None, LOCK),
+        # S003-17 delete + update: version-guarded, no old-row check
+        ((ev(1, 0, "delete", old=row(1), version=2), ev(2, 1, "update", old=row(7), new=row(8))), row(1, "x"), None,
+         UPSERT),
+        ((ev(1, 0, "delete", old=row(1), version=2), ev(2, 1, "update", old=row(7), new=row(8))), None, 9, SKIP),
+        # S003-18 delete + delete: the first delete's row goes (its tombstone at the newer version, net
+        # above); skipped when a tombstone is already newer
+        ((ev(1, 0, "delete", old=row(1), version=2), ev(2, 1, "delete", old=row(4), version=5)), row(1), None,
+         DELETE_ROW),
+        ((ev(1, 0, "delete", old=row(1), version=2), ev(2, 1, "delete", old=row(4), version=5)), None, 6, SKIP),
+    ],
+)  # fmt: skip
+def test_merged_changes_are_decided_by_their_rules(events, target, tomb, expect):
+    assert decide(one(*events), target, tomb, False).kind == expect
+
+
 @pytest.mark.parametrize(
     "change, target, tomb, locked, expect",
     [
@@ -251,6 +312,11 @@ def one(*events):
         (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(5), None, True, SKIP),  # locked row
         (one(ev(1, 0, "delete", old=row(5), version=6)), row(5), None, False, DELETE_ROW),
         (one(ev(1, 0, "delete", old=row(5), version=6)), None, 6, False, SKIP),  # replayed delete
+        # S000-65 / S000-62: a replayed update or delete the target already has (its old row no
+        # longer matches): skipped by version, never a false lock
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(6, "x"), None, False, SKIP),
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(9, "later"), None, False, SKIP),
+        (one(ev(1, 0, "delete", old=row(5), version=6)), row(8, "reinserted"), None, False, SKIP),
         (one(ev(1, 0, "insert", new=row(5)), ev(2, 1, "delete", old=row(5), version=6)), None, None, False, TOMBSTONE),
     ],
 )
@@ -365,6 +431,45 @@ def test_rounds_overlap_and_commit_in_order_per_worker():
     applier._reap(in_flight, keep=0)
     assert committed == [[1], [2], [3], [4]]
     assert applier._offsets[("a", 0)] == 103
+
+
+def test_a_stalled_target_holds_the_loop_at_the_rounds_in_flight_bound():
+    """S003-06: with the target stalled, at most rounds_in_flight rounds are handed out;
+    the loop waits (consuming nothing more) instead of buffering rounds without bound."""
+    committed: list = []
+    gate = threading.Event()
+    applier = _pipelined_applier(committed, fail_lsn=-1)  # rounds_in_flight=3
+    applier.writer_factory = lambda: _GatedWriter(committed, gate)
+    lanes = [ThreadPoolExecutor(max_workers=1) for _ in range(2)]
+    in_flight, failed = deque(), threading.Event()
+    handed = []
+
+    def loop():
+        for n, lsn in enumerate((1, 2, 3, 4, 5)):
+            applier._run_round(lanes, in_flight, failed, _round(lsn, lsn - 1, 100 + n))
+            handed.append(lsn)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    assert handed == [1, 2, 3], "a fourth round waits for the first to commit"
+    assert committed == []
+    gate.set()
+    thread.join(5)
+    applier._reap(in_flight, keep=0)
+    for lane in lanes:
+        lane.shutdown(wait=True)
+    assert handed == [1, 2, 3, 4, 5] and committed == [[1], [2], [3], [4], [5]]
+
+
+class _GatedWriter(_Writer):
+    def __init__(self, committed: list, gate: threading.Event):
+        super().__init__(committed, fail_lsn=-1)
+        self.gate = gate
+
+    def apply_many(self, changes, positions):
+        assert self.gate.wait(10), "the test never opened the gate"
+        return super().apply_many(changes, positions)
 
 
 def test_a_failed_round_stops_every_later_round_of_its_worker():

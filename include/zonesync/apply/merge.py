@@ -9,6 +9,15 @@ check), the image after the last (what to write), and the last version.
     update + delete  -> delete of the first old
     insert + delete  -> a tombstone only (the row never shows up)
     delete + insert  -> update from the deleted row to the new one
+    delete + delete  -> delete, with the newer version
+    update + insert  -> insert of the newer row (a copied row after an increment:
+                        the version decides, no old-row check)
+    delete + update  -> the same: an upsert of the newer row, version-guarded
+
+The last two cannot come from one binlog (a key is updated only while it
+exists, inserted only while it does not); they arise when a copy's rows and the
+stream's meet (seed 003, 数据迁移+数据增量场景), and the insert or update that
+follows carries no old row the target could be expected to hold.
 
 Order across rows is not kept and need not be: rows are independent, and each
 row's events come from one partition in order.
@@ -18,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zonesync.capture.event import DELETE, INSERT, ChangeEvent
+from zonesync.capture.event import DELETE, INSERT, UPDATE, ChangeEvent
 
 
 @dataclass(slots=True)  # one per row: smaller, and quicker to build and read
@@ -33,6 +42,10 @@ class NetChange:
     version: int  # version of the last event
     events: int
     first_event: ChangeEvent
+
+
+# update + insert, delete + update: the newer row, version-guarded (no old row to check)
+_NEWER_ROW_ONLY = frozenset(((UPDATE, INSERT), (DELETE, UPDATE)))
 
 
 def merge(events: list[ChangeEvent]) -> list[NetChange]:
@@ -55,6 +68,8 @@ def merge(events: list[ChangeEvent]) -> list[NetChange]:
                 first_event=e,
             )
         else:
+            if (cur.last_op, e.op) in _NEWER_ROW_ONLY:
+                cur.first_op, cur.old = INSERT, None
             cur.last_op = e.op
             cur.new = None if e.op == DELETE else e.new
             cur.version = e.version
