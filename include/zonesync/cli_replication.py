@@ -119,16 +119,21 @@ def cmd_alerts(args) -> int:
 
 
 def cmd_safe_purge(args) -> int:
+    from zonesync.capture.event import EventError
     from zonesync.capture.purge import safe_purge
     from zonesync.meta.db import MetaConfig
 
-    purged_to, reason = safe_purge(MetaConfig.from_env(), args.zone, dry_run=args.dry_run)
+    try:
+        purged_to, reason = safe_purge(MetaConfig.from_env(), args.zone, dry_run=args.dry_run, to_file=args.to)
+    except EventError as exc:  # --to is not a binlog file name
+        print(f"--to: {exc}: give a file name as `SHOW BINARY LOGS` lists it, e.g. binlog.000012")
+        return 2
     print(
         reason
         if purged_to is None
         else f"{'would purge' if args.dry_run else 'purged'} binlogs before {purged_to} ({reason})"
     )
-    return 0
+    return 1 if reason.startswith("refused") else 0
 
 
 def register(sub) -> None:
@@ -163,4 +168,9 @@ def register(sub) -> None:
     sp = bsub.add_parser("safe-purge", help="purge only binlogs every consumer has confirmed past")
     sp.add_argument("--zone", required=True)
     sp.add_argument("--dry-run", action="store_true")
+    sp.add_argument(
+        "--to",
+        metavar="FILE",
+        help="purge only the files before FILE; refused if a consumer still needs an earlier one",
+    )
     sp.set_defaults(func=cmd_safe_purge)

@@ -47,9 +47,17 @@ def needed_file(meta: MetaConfig, zone: str) -> tuple[str | None, str]:
     return oldest.log_file, f"oldest file still needed: {oldest.log_file}, held by {holder}"
 
 
-def safe_purge(meta: MetaConfig, zone: str, dry_run: bool = False, source_conn=None) -> tuple[str | None, str]:
-    """Purge the zone's binlogs before the oldest needed file; return (file or None, why)."""
+def safe_purge(
+    meta: MetaConfig, zone: str, dry_run: bool = False, source_conn=None, to_file: str | None = None
+) -> tuple[str | None, str]:
+    """Purge the zone's binlogs before the oldest needed file, or before `to_file` when the
+    operator names one that is no later; return (file or None, why). Naming a later file
+    (one whose purge would take a still-needed file with it) is refused."""
     keep, reason = needed_file(meta, zone)
+    if keep is not None and to_file is not None:
+        if file_number(to_file) > file_number(keep):
+            return None, f"refused: purging before {to_file} would remove {keep}, still needed ({reason})"
+        keep, reason = to_file, f"as asked; {reason}"
     if keep is None or dry_run:
         return (keep if dry_run else None), reason
     if source_conn is None:
@@ -67,4 +75,8 @@ def safe_purge(meta: MetaConfig, zone: str, dry_run: bool = False, source_conn=N
         if files and files[0] == keep:
             return None, f"nothing to purge: {reason}"
         cur.execute(f"PURGE BINARY LOGS TO '{keep}'")
+        cur.execute("SHOW BINARY LOGS")
+        kept = [r[0] for r in cur.fetchall()]
+    if kept and kept[0] != keep:  # the server keeps files its crash recovery or a reading replica needs
+        reason += f"; the server kept {kept[0]} and later (its own crash recovery or a replica still reads them)"
     return keep, reason
