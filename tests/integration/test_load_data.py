@@ -84,7 +84,7 @@ def test_new_rows_load_exactly_their_values_and_keep_the_skip_flag(target):
     inst, conn, writer = target
     rows = [row(i, short=None if i % 3 else "abc", n=None if i % 2 else 7) for i in range(1, 301)]
     start, before = position(conn), loads(conn)
-    result = writer.apply_many([("a", inserts(rows))], [("a", 0, 4000, 9)])
+    result = writer.apply_many([("a", inserts(rows))], [("a", 0, 4000, 9, 0)])
     assert (result.applied, result.new_rows) == (300, 300)
     assert loads(conn) == before + 1, "one LOAD DATA, no INSERT"
     assert stored(conn) == {r["id"]: r for r in rows}

@@ -156,6 +156,7 @@ class Applier:
         self.stopping = True
 
     def _load_state(self) -> None:
+        self._writer().ensure_positions([(source, p) for source in self.sources for p in range(self.partitions)])
         recorded = self._writer().state()
         self.state = {}
         self._offsets = {}
@@ -480,5 +481,6 @@ def _changes(share) -> list:
 
 
 def _positions(share) -> list:
-    """(source zone, partition, last LSN, its Kafka offset) per partition of a share."""
-    return [(key[0], key[1], chain[-1][0].lsn, chain[-1][1]) for key, chain in share]
+    """(source zone, partition, last LSN, its Kafka offset, the LSN the chain starts after)
+    per partition of a share: the writer records the first four once it has checked the last."""
+    return [(key[0], key[1], chain[-1][0].lsn, chain[-1][1], chain[0][0].prev_lsn) for key, chain in share]

@@ -13,6 +13,14 @@ source's replicator never publishes what we write: no loops):
 5. record the batch's last LSN and Kafka offset in zonesync.apply_state;
 6. commit.
 
+Before step 1 the transaction locks the batch's apply_state rows and checks that
+each partition still stands where the batch's chain starts (the first event's
+prev_lsn). An applier that paused (SIGSTOP, a long GC, a hung host) while another
+took over its partitions would otherwise commit a stale batch and move the
+position back: its check fails, its transaction rolls back, and its pass restarts
+from what apply_state says now (seed case S003-36). The rows exist from the pass's
+start (ensure_positions), so the lock always has a row to hold.
+
 Because step 5 commits with the rows, a crash anywhere leaves either the
 whole batch and its position, or neither: restart re-applies from the recorded
 position, and the version checks make any overlap a no-op.
@@ -50,6 +58,11 @@ from zonesync.apply.literals import literal_function
 from zonesync.apply.merge import NetChange, merge
 from zonesync.apply.statements import ApplyError, inserts, key_condition, q, result_sets, send, upserts
 from zonesync.capture.event import INSERT, ChangeEvent, decode_row, encode_row, pk_text
+
+
+class StalePosition(ApplyError):
+    """A partition's apply_state is not where this batch's chain starts: another applier
+    moved it. Nothing of the batch is written; the pass restarts from apply_state."""
 
 
 class _NotAllNew(Exception):
@@ -113,12 +126,12 @@ class ZoneWriter:
         return self._pks[table]
 
     def apply_many(
-        self, changes: list[tuple[str, list[ChangeEvent]]], positions: list[tuple[str, int, int, int]]
+        self, changes: list[tuple[str, list[ChangeEvent]]], positions: list[tuple[str, int, int, int, int]]
     ) -> BatchResult:
         """Apply several partitions' events and record their positions, as one transaction.
 
         `changes` is (source zone, events in order) per partition; `positions` is
-        (source zone, partition, applied LSN, Kafka offset). One commit for all of them
+        (source zone, partition, applied LSN, Kafka offset, the LSN the chain starts after). One commit for all of them
         is what lets a busy applier's batches grow (Otter's batching): the fixed cost of
         a transaction is paid once per round, not once per partition. Positions may be
         left out (a lower table-weight level, applied before the level that records
@@ -167,6 +180,7 @@ class ZoneWriter:
         lit = literal_function(conn)
         writes: list[str] = []
         with conn.cursor() as cur:
+            self._claim(cur, lit, positions)
             # One source at a time: a key's events from one source are in order (one
             # partition); two sources' changes of the same key are judged one after the
             # other by their versions, the second seeing what the first wrote (so the
@@ -193,12 +207,44 @@ class ZoneWriter:
             if positions:
                 writes.append(
                     "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) VALUES "
-                    + ", ".join(f"({lit(s)}, {int(p)}, {int(lsn)}, {int(off)})" for s, p, lsn, off in positions)
+                    + ", ".join(f"({lit(s)}, {int(p)}, {int(lsn)}, {int(off)})" for s, p, lsn, off, _ in positions)
                     + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)"
                 )
             writes.append("COMMIT")
             send(cur, writes)
         return result
+
+    def _claim(self, cur, lit, positions) -> None:
+        """Lock the batch's apply_state rows; StalePosition unless each stands where its
+        chain starts (a missing row counts as LSN 0)."""
+        if not positions:
+            return
+        keys = ", ".join(f"({lit(s)}, {int(p)})" for s, p, *_ in positions)
+        cur.execute(
+            "SELECT source_zone, partition_no, applied_lsn FROM zonesync.apply_state "
+            f"WHERE (source_zone, partition_no) IN ({keys}) FOR UPDATE"
+        )
+        at = {(s, int(p)): int(lsn) for s, p, lsn in cur.fetchall()}
+        for s, p, _, _, start in positions:
+            if at.get((s, int(p)), 0) != start:
+                raise StalePosition(
+                    f"apply_state of {s} partition {p} is at LSN {at.get((s, int(p)), 0)}, this batch starts after "
+                    f"{start}: another applier moved it; the batch is not applied"
+                )
+
+    def ensure_positions(self, keys: list[tuple[str, int]]) -> None:
+        """An apply_state row for every (source zone, partition), at LSN 0 where there was
+        none: the position check locks a row that is always there."""
+        if not keys:
+            return
+        conn = self.connect()
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT IGNORE INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) "
+                "VALUES (%s, %s, 0, -1)",
+                keys,
+            )
+        conn.commit()
 
     def _keyed_by_primary_key(self, table: str, changes) -> list[str]:
         """The table's primary key columns, once every event or net change is keyed by them."""
