@@ -138,9 +138,14 @@ def _settle(*instances, timeout: float = 90) -> float:
     cleaner writes back much of the buffer pool, slowly, and each commit's fsync queues
     behind it; whichever pipeline ran its lag phase first paid for it. Both lag phases
     start from flushed servers: innodb_max_dirty_pages_pct = 0 until the dirty pages are
-    gone, then back to what it was.
+    gone, then back to what it was. Then the kernel's dirty file pages go too (os.sync):
+    zone a writes its binlog without fsync (sync_binlog=0, the dev zones' setting), and
+    after the bulk phase's 600k rows the kernel wrote that back about 30 s later, in the
+    middle of the first lag phase, queueing its commits' fsyncs (p99 0.1-0.8 s in its
+    first windows, never in the second lag phase).
     """
     started = time.monotonic()
+    os.sync()
     saved = {inst: _exec(inst, "SELECT @@GLOBAL.innodb_max_dirty_pages_pct")[0][0] for inst in instances}
     try:
         for inst in instances:
@@ -155,6 +160,7 @@ def _settle(*instances, timeout: float = 90) -> float:
     finally:
         for inst, pct in saved.items():
             _exec(inst, f"SET GLOBAL innodb_max_dirty_pages_pct = {float(pct)}")
+    os.sync()
     return time.monotonic() - started
 
 
