@@ -334,10 +334,12 @@ class ZoneWriter:
                 new_tombstones.append((change.pk_text, change.version))
             elif action.kind == TOMBSTONE:
                 new_tombstones.append((change.pk_text, change.version))
-        if to_upsert:
-            writes += upserts(lit, table, to_upsert)
+        # Deletes first: a row deleted at the source frees its unique values before the rows
+        # that took them there are written (seed 003: delete X, then insert Y with X's value).
         if deletes:
             writes.append(f"DELETE FROM {q(table)} WHERE {key_condition(lit, pk_cols, deletes)}")
+        if to_upsert:
+            writes += upserts(lit, table, to_upsert)
         if new_tombstones:
             writes.append(
                 "INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES "
