@@ -57,6 +57,7 @@ def target(zones):
         cur.execute(f"DROP TABLE IF EXISTS zonesync_app.{TABLE}")
         cur.execute(DDL)
         cur.execute("DELETE FROM zonesync.tombstones WHERE table_name = %s", (TABLE,))
+        cur.execute("DELETE FROM zonesync.apply_state")  # the batch's chain starts after LSN 0
     writer = ZoneWriter("127.0.0.1", inst.port, "root", "", "zonesync_app")
     try:
         yield inst, conn, writer
@@ -65,6 +66,7 @@ def target(zones):
         with conn.cursor() as cur:
             cur.execute("SET GLOBAL local_infile = 1")
             cur.execute(f"DROP TABLE IF EXISTS zonesync_app.{TABLE}")
+            cur.execute("DELETE FROM zonesync.apply_state")
         conn.close()
 
 

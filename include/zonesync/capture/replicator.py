@@ -38,6 +38,7 @@ carry the same LSNs and appliers skip what they already have.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import deque
@@ -70,6 +71,9 @@ SKIP_REPLICATION_FLAG = 0x8000
 # Statements that appear inside a transaction's GTID group without ending it.
 IN_TRANSACTION = ("BEGIN", "SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA ")
 BOOKKEEPING = ("_zs_origin", "_zs_version")
+# ER_MASTER_FATAL_ERROR_READING_BINLOG: the server cannot send the binlog from the requested
+# position (the file was purged or expired, or the position does not exist)
+BINLOG_UNREADABLE = 1236
 
 
 class ReplicatorError(RuntimeError):
@@ -130,6 +134,7 @@ class Replicator:
         self.topic = topic_of(zone)
         self.stopping = False
         self.server_id_offset = 0
+        self._unreadable_alerted: set[str] = set()  # checkpoint positions already alerted
         self._last_prune = time.monotonic()
         self.published = 0
         self._pks: dict[tuple[str, str], list[str]] = {}
@@ -191,6 +196,10 @@ class Replicator:
             except Exception as exc:  # noqa: BLE001 - any failure: rebuild from the checkpoint
                 if self.stopping:
                     break
+                if getattr(exc, "args", None) and exc.args[0] == BINLOG_UNREADABLE:
+                    self._binlog_unreadable(exc)
+                    time.sleep(5)  # nothing is published until the file is back: never a skip
+                    continue
                 if getattr(exc, "args", None) and exc.args[0] == 4052:
                     # The server still holds the dump thread of our previous connection (a killed
                     # replicator, a dropped stream) and refuses a second reader with its server_id
@@ -202,6 +211,32 @@ class Replicator:
 
     def stop(self) -> None:
         self.stopping = True
+
+    def _binlog_unreadable(self, exc) -> None:
+        """The server cannot serve the binlog from the checkpoint (seed cases S000-53,
+        S001-08): the file was purged (PURGE BINARY LOGS, the server's own expiry) or the
+        position is gone. Reading on from the oldest file there is would lose every
+        change in between, so the replicator publishes nothing, raises one alert per
+        position, and keeps asking (an operator may restore the file); otherwise the
+        consumers of this zone need a full copy."""
+        try:
+            cp = self.store.latest()
+            where = f"{cp.log_file}:{cp.log_pos}" if cp else "the zone's first position"
+            if where in self._unreadable_alerted:
+                return
+            self._unreadable_alerted.add(where)
+            detail = {
+                "checkpoint": where,
+                "error": str(exc.args[1] if len(exc.args) > 1 else exc)[:300],
+                "action": "restore the binlog file, or rebuild this zone's consumers with a full copy",
+            }
+            log.error("ALERT binlog_unreadable in zone %s: %s", self.zone, detail)
+            self.meta.run(
+                "INSERT INTO alerts (zone, kind, detail) VALUES (%s, %s, %s)",
+                (self.zone, "binlog_unreadable", json.dumps(detail)),
+            )
+        except Exception as alert_exc:  # noqa: BLE001 - meta down: the next attempt alerts again
+            log.warning("replicator %s: could not record the unreadable binlog: %s", self.zone, alert_exc)
 
     def _pass(self, deadline: float | None) -> None:
         resend_ids: list[int] = []

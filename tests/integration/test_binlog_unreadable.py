@@ -1,0 +1,78 @@
+"""A replicator whose checkpoint's binlog file was purged (S000-53, S001-08: PURGE BINARY
+LOGS, the server's own expiry) publishes nothing, never reads on from the oldest file
+left, and raises one alert naming the checkpoint."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.support.replication import Cluster, reset_state
+from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
+
+pytestmark = pytest.mark.integration
+
+
+def _purge_past(conn, checkpoint_file: str) -> None:
+    """Rotate twice, then purge every file before the newest: the checkpoint's goes."""
+    with conn.cursor() as cur:
+        for _ in range(2):
+            cur.execute("FLUSH BINARY LOGS")
+            cur.execute("INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES "
+                        "(990001, 'lost', 1, 1) ON DUPLICATE KEY UPDATE _zs_version = _zs_version + 1")  # fmt: skip
+        cur.execute("FLUSH ENGINE LOGS")  # the server keeps files its crash recovery needs until then
+        cur.execute("SHOW MASTER STATUS")
+        newest = cur.fetchone()[0]
+        deadline = time.monotonic() + 10
+        while True:
+            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
+            cur.execute("SHOW BINARY LOGS")
+            if checkpoint_file not in [r[0] for r in cur.fetchall()]:
+                return
+            assert time.monotonic() < deadline, "the server kept the checkpoint's file"
+            time.sleep(0.2)
+
+
+def test_a_purged_checkpoint_file_stops_the_replicator_with_an_alert(zones, meta, broker, test_cfg):
+    reset_state(zones, meta)
+    conn = zones["a"].connect()
+    conn.autocommit(True)
+    cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=2)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+        store = CheckpointStore(meta, "a")
+        try:
+            store.save(Checkpoint("a", 1, file, int(pos), {0: 1}, 1))
+        finally:
+            store.close()
+        _purge_past(conn, file)
+        with meta.connect().cursor() as cur:
+            cur.execute("DELETE FROM alerts WHERE kind = 'binlog_unreadable'")
+
+        replicator = cluster.make_replicator("a")
+        runner = threading.Thread(target=replicator.run, kwargs={"max_seconds": 7}, daemon=True)
+        runner.start()
+        runner.join(20)
+        assert not runner.is_alive()
+        assert replicator.published == 0, "nothing read on from the oldest file left"
+        with meta.connect().cursor() as cur:
+            cur.execute("SELECT zone, detail FROM alerts WHERE kind = 'binlog_unreadable'")
+            alerts = cur.fetchall()
+        assert len(alerts) == 1, "one alert, however often it asks again"
+        zone, detail = alerts[0]
+        assert zone == "a" and json.loads(detail)["checkpoint"] == f"{file}:{pos}"
+        store = CheckpointStore(meta, "a")
+        try:
+            assert store.latest().log_file == file, "the checkpoint does not move past the lost file"
+        finally:
+            store.close()
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id = 990001")
+        conn.close()
+        reset_state(zones, meta)
