@@ -48,7 +48,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from zonesync import transport
 from zonesync.apply.continuity import PartitionState, filter_chain
-from zonesync.apply.writer import ZoneWriter
+from zonesync.apply.writer import TableMissing, ZoneWriter
 from zonesync.capture.event import ChangeEvent, EventError, decode_message
 from zonesync.meta import topics
 from zonesync.meta.db import MetaConfig
@@ -144,6 +144,9 @@ class Applier:
                 self._pass(deadline)
             except topics.PartitionCountMismatch:
                 raise  # configuration: retrying cannot help
+            except TableMissing as exc:  # retrying cannot help either: those partitions halt
+                self._close_writers()
+                self._halt_table_missing(exc)
             except Exception as exc:  # noqa: BLE001 - any failure: re-read state and start over
                 if self.stopping:
                     break
@@ -439,6 +442,24 @@ class Applier:
             "partition_halted",
             {"source": source, "partition": partition, "applied_lsn": st.applied_lsn, "detail": detail},
         )
+
+    def _halt_table_missing(self, exc: TableMissing) -> None:
+        """Halt every partition whose events need the missing table (its batch rolled back,
+        nothing of it applied); the next pass leaves them out and the others go on."""
+        detail = (
+            f"table {exc.table} is missing in the target or has no primary key: create it, set this partition's "
+            "zonesync.apply_state status back to 'running', restart the applier"
+        )
+        if not exc.keys:
+            log.warning("applier %s: %s: restarting from apply_state", self.zone, exc)
+            time.sleep(0.5)
+            return
+        writer = self._writer()
+        for source, partition in sorted(exc.keys):
+            writer.halt(source, partition, detail)
+            self.alert(
+                "partition_halted", {"source": source, "partition": partition, "table": exc.table, "detail": detail}
+            )
 
     def _report_lag(self, consumer) -> None:
         rows = []

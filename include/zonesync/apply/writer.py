@@ -65,6 +65,15 @@ class StalePosition(ApplyError):
     moved it. Nothing of the batch is written; the pass restarts from apply_state."""
 
 
+class TableMissing(ApplyError):
+    """Events for a table the target does not have (or that has no primary key). Retrying
+    cannot help: the partitions that carried them halt (S001-17)."""
+
+    def __init__(self, table: str, message: str, keys: set[tuple[str, int]] = frozenset()):
+        super().__init__(message)
+        self.table, self.keys = table, set(keys)  # keys: (source zone, partition)
+
+
 class _NotAllNew(Exception):
     """The new-rows INSERT met an existing key, or the table has tombstones or locked
     rows after all: roll back and apply the batch the read-first way."""
@@ -121,7 +130,9 @@ class ZoneWriter:
                 )
                 pk = [r[0] for r in cur.fetchall()]
             if not pk:
-                raise ApplyError(f"table {table} is missing in zone database {self.database} or has no primary key")
+                raise TableMissing(
+                    table, f"table {table} is missing in zone database {self.database} or has no primary key"
+                )
             self._pks[table] = pk
         return self._pks[table]
 
@@ -247,8 +258,13 @@ class ZoneWriter:
         conn.commit()
 
     def _keyed_by_primary_key(self, table: str, changes) -> list[str]:
-        """The table's primary key columns, once every event or net change is keyed by them."""
-        pk_cols = self.primary_key(table)
+        """The table's primary key columns, once every event or net change is keyed by them;
+        TableMissing names the partitions these changes came from."""
+        try:
+            pk_cols = self.primary_key(table)
+        except TableMissing as exc:
+            events = [getattr(c, "first_event", c) for c in changes]  # (a key's events share a partition)
+            raise TableMissing(table, str(exc), {(e.source_zone, e.partition) for e in events}) from None
         columns = set(pk_cols)
         for change in changes:
             if change.pk.keys() != columns:
