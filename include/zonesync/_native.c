@@ -468,7 +468,89 @@ out:
     return result;
 }
 
-/* -- the applier: row values as SQL literals ------------------------------------------ */
+/* -- the applier: rows as SQL tuples or as LOAD DATA text ------------------------------ */
+
+/* How one of the two renderings writes a row. */
+typedef struct {
+    const char *row_open, *row_open_next, *sep, *null, *row_close;
+    char quote;           /* around text, or 0 */
+    int big_ints;         /* integers past a BIGINT: their decimal text (1) or refused (0) */
+    const char *escapes;  /* 256 entries: the letter after a backslash, or 0 for as-is */
+} Style;
+
+static char sql_escapes[256], tsv_escapes[256];
+
+static void escapes_init(void) {
+    /* pymysql's escape_string */
+    sql_escapes['\0'] = '0'; sql_escapes['\\'] = '\\'; sql_escapes['\n'] = 'n'; sql_escapes['\r'] = 'r';
+    sql_escapes['\032'] = 'Z'; sql_escapes['\''] = '\''; sql_escapes['"'] = '"';
+    /* LOAD DATA's default FIELDS ESCAPED BY '\\' */
+    tsv_escapes['\0'] = '0'; tsv_escapes['\\'] = '\\'; tsv_escapes['\n'] = 'n'; tsv_escapes['\r'] = 'r';
+    tsv_escapes['\t'] = 't';
+}
+
+static const Style SQL_STYLE = {"(", ", (", ", ", "NULL", ")", '\'', 1, sql_escapes};
+static const Style TSV_STYLE = {"", "", "\t", "\\N", "\n", 0, 0, tsv_escapes};
+
+/* The rows (dicts of `width` values, with the keys `columns` in order when it is not
+ * NULL) of integers, text and NULLs in `style`: 1 written, 0 a value or row it does not
+ * render, -1 a Python error. */
+static int render(const Style *style, PyObject *rows, Py_ssize_t width, PyObject *columns, Buf *out) {
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    for (Py_ssize_t r = 0; r < n; r++) {
+        PyObject *row = PyList_GET_ITEM(rows, r);
+        if (!PyDict_CheckExact(row) || PyDict_GET_SIZE(row) != width) return 0;
+        const char *open = r ? style->row_open_next : style->row_open;
+        if (buf_put(out, open, strlen(open))) return -1;
+        Py_ssize_t at = 0, k = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(row, &at, &key, &value)) {
+            if (columns) {
+                PyObject *column = PyTuple_GET_ITEM(columns, k);
+                if (key != column) { /* (decoded rows share their key objects: mostly the same pointer) */
+                    int same = PyObject_RichCompareBool(key, column, Py_EQ);
+                    if (same <= 0) return same;
+                }
+            }
+            if (k++ && buf_put(out, style->sep, strlen(style->sep))) return -1;
+            if (value == Py_None) {
+                if (buf_put(out, style->null, strlen(style->null))) return -1;
+            } else if (PyLong_CheckExact(value)) {
+                int overflow = 0;
+                long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+                if (v == -1 && PyErr_Occurred()) return -1;
+                if (!overflow) {
+                    if (buf_i64(out, v)) return -1;
+                    continue;
+                }
+                if (!style->big_ints) return 0;
+                PyObject *text = PyObject_Str(value);
+                Py_ssize_t len;
+                const char *s = text ? PyUnicode_AsUTF8AndSize(text, &len) : NULL;
+                int failed = !s || buf_put(out, s, (size_t)len);
+                Py_XDECREF(text);
+                if (failed) return -1;
+            } else if (PyUnicode_CheckExact(value)) {
+                Py_ssize_t len;
+                const char *s = PyUnicode_AsUTF8AndSize(value, &len);
+                if (!s || buf_grow(out, (size_t)len * 2 + 2)) return -1;
+                char *o = out->p + out->len;
+                if (style->quote) *o++ = style->quote;
+                for (Py_ssize_t i = 0; i < len; i++) {
+                    char e = style->escapes[(unsigned char)s[i]];
+                    if (e) *o++ = '\\', *o++ = e;
+                    else *o++ = s[i];
+                }
+                if (style->quote) *o++ = style->quote;
+                out->len = (size_t)(o - out->p);
+            } else {
+                return 0;
+            }
+        }
+        if (buf_put(out, style->row_close, strlen(style->row_close))) return -1;
+    }
+    return 1;
+}
 
 /* render_rows(rows, width) -> "(v, ...), (v, ...)" or None
  *
@@ -481,65 +563,10 @@ static PyObject *render_rows(PyObject *self, PyObject *args) {
     Py_ssize_t width;
     if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &rows, &width)) return NULL;
     Buf out = {0};
-    PyObject *result = NULL;
-    Py_ssize_t n = PyList_GET_SIZE(rows);
-    for (Py_ssize_t r = 0; r < n; r++) {
-        PyObject *row = PyList_GET_ITEM(rows, r);
-        if (!PyDict_CheckExact(row) || PyDict_GET_SIZE(row) != width) goto unsupported;
-        if (buf_put(&out, r ? ", (" : "(", r ? 3 : 1)) goto out;
-        Py_ssize_t at = 0, k = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(row, &at, &key, &value)) {
-            if (k++ && buf_put(&out, LIT(", "))) goto out;
-            if (value == Py_None) {
-                if (buf_put(&out, LIT("NULL"))) goto out;
-            } else if (PyLong_CheckExact(value)) {
-                int overflow = 0;
-                long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-                if (v == -1 && PyErr_Occurred()) goto out;
-                if (overflow) {
-                    PyObject *text = PyObject_Str(value);
-                    Py_ssize_t len;
-                    const char *s = text ? PyUnicode_AsUTF8AndSize(text, &len) : NULL;
-                    int failed = !s || buf_put(&out, s, (size_t)len);
-                    Py_XDECREF(text);
-                    if (failed) goto out;
-                } else if (buf_i64(&out, v)) {
-                    goto out;
-                }
-            } else if (PyUnicode_CheckExact(value)) {
-                Py_ssize_t len;
-                const char *s = PyUnicode_AsUTF8AndSize(value, &len);
-                if (!s) goto out;
-                if (buf_grow(&out, (size_t)len * 2 + 2)) goto out;
-                char *o = out.p + out.len;
-                *o++ = '\'';
-                for (Py_ssize_t i = 0; i < len; i++) {
-                    char c = s[i];
-                    switch (c) {
-                    case '\0': *o++ = '\\'; *o++ = '0'; break;
-                    case '\\': *o++ = '\\'; *o++ = '\\'; break;
-                    case '\n': *o++ = '\\'; *o++ = 'n'; break;
-                    case '\r': *o++ = '\\'; *o++ = 'r'; break;
-                    case '\032': *o++ = '\\'; *o++ = 'Z'; break;
-                    case '\'': *o++ = '\\'; *o++ = '\''; break;
-                    case '"': *o++ = '\\'; *o++ = '"'; break;
-                    default: *o++ = c;
-                    }
-                }
-                *o++ = '\'';
-                out.len = (size_t)(o - out.p);
-            } else {
-                goto unsupported;
-            }
-        }
-        if (buf_put(&out, LIT(")"))) goto out;
-    }
-    result = PyUnicode_DecodeUTF8(out.p ? out.p : "", (Py_ssize_t)out.len, "strict");
-    goto out;
-unsupported:
-    result = Py_NewRef(Py_None);
-out:
+    int rc = render(&SQL_STYLE, rows, width, NULL, &out);
+    PyObject *result = rc < 0 ? NULL
+                       : rc == 0 ? Py_NewRef(Py_None)
+                                 : PyUnicode_DecodeUTF8(out.p ? out.p : "", (Py_ssize_t)out.len, "strict");
     PyMem_Free(out.p);
     return result;
 }
@@ -553,60 +580,11 @@ out:
 static PyObject *render_tsv(PyObject *self, PyObject *args) {
     PyObject *rows, *columns;
     if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &rows, &PyTuple_Type, &columns)) return NULL;
-    Py_ssize_t width = PyTuple_GET_SIZE(columns);
     Buf out = {0};
-    PyObject *result = NULL;
-    Py_ssize_t n = PyList_GET_SIZE(rows);
-    for (Py_ssize_t r = 0; r < n; r++) {
-        PyObject *row = PyList_GET_ITEM(rows, r);
-        if (!PyDict_CheckExact(row) || PyDict_GET_SIZE(row) != width) goto unsupported;
-        Py_ssize_t at = 0, k = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(row, &at, &key, &value)) {
-            PyObject *column = PyTuple_GET_ITEM(columns, k);
-            if (key != column) { /* (decoded rows share their key objects: mostly the same pointer) */
-                int same = PyObject_RichCompareBool(key, column, Py_EQ);
-                if (same < 0) goto out;
-                if (!same) goto unsupported;
-            }
-            if (k++ && buf_put(&out, LIT("\t"))) goto out;
-            if (value == Py_None) {
-                if (buf_put(&out, LIT("\\N"))) goto out;
-            } else if (PyLong_CheckExact(value)) {
-                int overflow = 0;
-                long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-                if (v == -1 && PyErr_Occurred()) goto out;
-                if (overflow) goto unsupported;
-                if (buf_i64(&out, v)) goto out;
-            } else if (PyUnicode_CheckExact(value)) {
-                Py_ssize_t len;
-                const char *s = PyUnicode_AsUTF8AndSize(value, &len);
-                if (!s) goto out;
-                if (buf_grow(&out, (size_t)len * 2)) goto out;
-                char *o = out.p + out.len;
-                for (Py_ssize_t i = 0; i < len; i++) {
-                    char c = s[i];
-                    switch (c) {
-                    case '\0': *o++ = '\\'; *o++ = '0'; break;
-                    case '\\': *o++ = '\\'; *o++ = '\\'; break;
-                    case '\n': *o++ = '\\'; *o++ = 'n'; break;
-                    case '\r': *o++ = '\\'; *o++ = 'r'; break;
-                    case '\t': *o++ = '\\'; *o++ = 't'; break;
-                    default: *o++ = c;
-                    }
-                }
-                out.len = (size_t)(o - out.p);
-            } else {
-                goto unsupported;
-            }
-        }
-        if (buf_put(&out, LIT("\n"))) goto out;
-    }
-    result = PyBytes_FromStringAndSize(out.p ? out.p : "", (Py_ssize_t)out.len);
-    goto out;
-unsupported:
-    result = Py_NewRef(Py_None);
-out:
+    int rc = render(&TSV_STYLE, rows, PyTuple_GET_SIZE(columns), columns, &out);
+    PyObject *result = rc < 0 ? NULL
+                       : rc == 0 ? Py_NewRef(Py_None)
+                                 : PyBytes_FromStringAndSize(out.p ? out.p : "", (Py_ssize_t)out.len);
     PyMem_Free(out.p);
     return result;
 }
@@ -623,5 +601,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "zonesync._native", N
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();
+    escapes_init();
     return PyModule_Create(&module);
 }
