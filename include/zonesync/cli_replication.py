@@ -136,6 +136,22 @@ def cmd_safe_purge(args) -> int:
     return 1 if reason.startswith("refused") else 0
 
 
+def cmd_resume(args) -> int:
+    from zonesync.apply.progress import resume
+
+    conn = _zone_conn(args.zone)
+    try:
+        resumed = resume(conn, args.source, args.partition or None)
+    finally:
+        conn.close()
+    if not resumed:
+        which = f"partition(s) {', '.join(map(str, args.partition))}" if args.partition else "no partition"
+        print(f"zone {args.zone}: {which} of source {args.source} is halted: nothing to resume")
+        return 1
+    print(f"zone {args.zone}: resumed source {args.source} partition(s) {', '.join(map(str, resumed))}")
+    return 0
+
+
 def register(sub) -> None:
     rep = sub.add_parser("replicate", help="run the replicator of a zone (binlog -> Kafka) in the foreground")
     rep.add_argument("--zone", required=True)
@@ -160,6 +176,11 @@ def register(sub) -> None:
     locks.add_argument("--table")
     locks.add_argument("--pk", help='primary key values as JSON, e.g. "[42]"')
     locks.set_defaults(func=cmd_locks)
+    rs = sub.add_parser("resume", help="set halted partitions of a source back to running (after the fix)")
+    rs.add_argument("--zone", required=True, help="the target zone whose applier halted them")
+    rs.add_argument("--source", required=True, help="the source zone of the halted partitions")
+    rs.add_argument("--partition", type=int, action="append", help="only this partition (repeatable)")
+    rs.set_defaults(func=cmd_resume)
     al = sub.add_parser("alerts", help="open alerts (halted partitions, locked rows); --ack ID")
     al.add_argument("--ack", type=int)
     al.set_defaults(func=cmd_alerts)

@@ -1,6 +1,7 @@
 """Events for a table the target zone does not have (S001-17) are never dropped and never
 retried forever: the partitions that carried them halt with an alert naming the table,
-and every other partition goes on."""
+and every other partition goes on. Once the table exists, `zonesync resume` sets them
+running and the applier takes them back."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from tests.support.replication import Cluster, reset_state
 from zonesync import transport
+from zonesync.apply import progress
 
 pytestmark = pytest.mark.integration
 
@@ -64,9 +66,33 @@ def test_a_missing_table_halts_only_its_partitions(zones, meta, broker, test_cfg
             alerts = [json.loads(r[0]) for r in cur.fetchall()]
         assert [(d["partition"], d["table"]) for d in alerts] == [(halted, "only_in_a")]
         assert cluster.threads["applier-b"].is_alive()
+
+        # the fix: create the table, resume the partition; the running applier takes it back
+        with b.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("CREATE TABLE zonesync_app.only_in_a (id BIGINT PRIMARY KEY, v VARCHAR(10), "
+                        "_zs_origin SMALLINT NOT NULL DEFAULT 0, _zs_version BIGINT NOT NULL DEFAULT 0)")  # fmt: skip
+        assert progress.resume(b, "a", [halted + 1]) == [], "only halted partitions are resumed"
+        assert progress.resume(b, "a") == [halted]
+        deadline = time.monotonic() + 30
+        while True:
+            with b.cursor() as cur:
+                cur.execute("SELECT v FROM zonesync_app.only_in_a WHERE id = 1")
+                row = cur.fetchone()
+                cur.execute("SELECT status FROM zonesync.apply_state WHERE source_zone = 'a' AND partition_no = %s",
+                            (halted,))  # fmt: skip
+                status = cur.fetchone()[0]
+            if row == ("x",):
+                break
+            assert time.monotonic() < deadline, f"the resumed partition did not apply (status {status})"
+            time.sleep(0.2)
+        assert status == "running"
     finally:
         cluster.stop()
         with a.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("DROP TABLE IF EXISTS zonesync_app.only_in_a")
+        with b.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin = 0")
             cur.execute("DROP TABLE IF EXISTS zonesync_app.only_in_a")
         a.close()

@@ -251,6 +251,7 @@ class Applier:
                     last_lag = now
                     if self.bootstrap() != bootstrap_used:
                         raise RuntimeError("the broker moved (new bootstrap): reconnecting")
+                    self._check_resumed()
                     self._report_lag(consumer)
                     if now - self._last_gc >= 60:
                         self._last_gc = now
@@ -443,19 +444,30 @@ class Applier:
             {"source": source, "partition": partition, "applied_lsn": st.applied_lsn, "detail": detail},
         )
 
+    def _check_resumed(self) -> None:
+        """A partition halted here and set running again (`zonesync resume`): start the pass
+        over, which takes it back from its applied LSN."""
+        halted = [key for key, st in self.state.items() if st.halted]
+        if not halted:
+            return
+        recorded = self._writer().state()
+        resumed = [key for key in halted if recorded.get(key, (0, -1, "running"))[2] != "halted"]
+        if resumed:
+            raise RuntimeError(f"partitions {resumed} were resumed: taking them back from apply_state")
+
     def _halt_table_missing(self, exc: TableMissing) -> None:
         """Halt every partition whose events need the missing table (its batch rolled back,
         nothing of it applied); the next pass leaves them out and the others go on."""
-        detail = (
-            f"table {exc.table} is missing in the target or has no primary key: create it, set this partition's "
-            "zonesync.apply_state status back to 'running', restart the applier"
-        )
         if not exc.keys:
             log.warning("applier %s: %s: restarting from apply_state", self.zone, exc)
             time.sleep(0.5)
             return
         writer = self._writer()
         for source, partition in sorted(exc.keys):
+            detail = (
+                f"table {exc.table} is missing in the target or has no primary key: create it, then "
+                f"`zonesync resume --zone {self.zone} --source {source} --partition {partition}`"
+            )
             writer.halt(source, partition, detail)
             self.alert(
                 "partition_halted", {"source": source, "partition": partition, "table": exc.table, "detail": detail}

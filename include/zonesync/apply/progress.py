@@ -55,3 +55,26 @@ def wait_applied(meta: MetaConfig, target_conn, source_zone: str, position: tupl
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.02)
+
+
+def resume(target_conn, source_zone: str, partitions: list[int] | None = None) -> list[int]:
+    """Set halted partitions of a source back to running (all of them, or those listed);
+    returns the partitions resumed. A running applier notices within a second and takes
+    them back from their applied LSN; whatever halted them (a gap no resend can repair, a
+    missing table) halts them again if it is still there."""
+    with target_conn.cursor() as cur:
+        cur.execute(
+            "SELECT partition_no FROM zonesync.apply_state WHERE source_zone = %s AND status = 'halted' "
+            "ORDER BY partition_no FOR UPDATE",
+            (source_zone,),
+        )
+        halted = [int(r[0]) for r in cur.fetchall()]
+        chosen = [p for p in halted if partitions is None or p in partitions]
+        if chosen:
+            cur.execute(
+                "UPDATE zonesync.apply_state SET status = 'running', detail = '' WHERE source_zone = %s "
+                f"AND partition_no IN ({', '.join(str(p) for p in chosen)})",
+                (source_zone,),
+            )
+    target_conn.commit()
+    return chosen
