@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -130,7 +131,14 @@ def test_unrepairable_gap_halts_the_partition_and_alerts(faulty, guard_env, zone
     assert len([r for r in _resend_requests(meta) if r[2] == "done"]) == 2, "both resends were served"
     with meta.connect().cursor() as cur:
         cur.execute("SELECT detail FROM alerts WHERE zone = 'b' AND kind = 'partition_halted'")
-        assert cur.fetchone(), "halting must raise an alert"
+        alert = cur.fetchone()
+    assert alert, "halting must raise an alert"
+    with zones["b"].connect().cursor() as cur:
+        cur.execute("SELECT partition_no, applied_lsn FROM zonesync.apply_state WHERE status = 'halted'")
+        ((partition, applied),) = cur.fetchall()
+    detail = json.loads(alert[0])  # S000-57: the alert says which stream stopped, and where
+    assert (detail["source"], detail["partition"], detail["applied_lsn"]) == ("a", partition, applied)
+    assert "not repaired by 2 resends" in detail["detail"]
     rows_b = checksum(zones["b"])
     assert [r[0] for r in rows_b] == list(range(_first_lost(relay))), "nothing after the gap may be applied"
     # the halt survives a restart of the applier
