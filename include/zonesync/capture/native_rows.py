@@ -131,8 +131,9 @@ def queue_native(
     if key is None or spec.codes[key] >= _TEXT:
         return None
     origin, version = spec.index.get("_zs_origin", -1), spec.index.get("_zs_version", -1)
-    if _U64 in (spec.codes[origin] if origin >= 0 else 0, spec.codes[version] if version >= 0 else 0):
-        return None  # (values past a signed BIGINT: Python's int)
+    for column in (origin, version):
+        if column >= 0 and (spec.codes[column] == _U64 or spec.codes[column] >= _TEXT):
+            return None  # past a signed BIGINT, or text: Python's int() of it
     zone, zone_id, partitions = source
     partition_lsns, hwm, retry_partitions, pending = chain
     from zonesync import transport
