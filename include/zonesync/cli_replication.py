@@ -23,33 +23,30 @@ def cmd_apply(args) -> int:
 
 
 def cmd_lag(args) -> int:
+    from zonesync.apply.progress import lag_report
     from zonesync.meta.db import MetaConfig
 
-    conn = MetaConfig.from_env().connect()
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT source_zone, target_zone, SUM(behind_events), MAX(behind_seconds), "
-            "MAX(TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6))) / 1e6 FROM apply_lag "
-            "GROUP BY source_zone, target_zone ORDER BY 1, 2"
-        )
-        rows = cur.fetchall()
-        if args.partitions:
+    meta = MetaConfig.from_env()
+    rows = lag_report(meta)
+    if not rows:
+        print("no lag reported yet: are appliers running? (zonesync apply --zone NAME)")
+        return 1
+    print(f"{'source':<8} {'target':<8} {'events behind':>14} {'seconds behind':>15} {'reported':>10}")
+    for s, t, ev, sec, age, stale in rows:
+        note = f"  STALE: zone {t}'s applier has not reported for {age:.0f} s (stopped?)" if stale else ""
+        print(f"{s:<8} {t:<8} {ev:>14} {sec:>15.3f} {age:>8.1f} s ago{note}")
+    if args.partitions:
+        conn = meta.connect()
+        with conn.cursor() as cur:
             cur.execute(
                 "SELECT source_zone, target_zone, partition_no, applied_lsn, behind_events, behind_seconds "
                 "FROM apply_lag ORDER BY 1, 2, 3"
             )
             detail = cur.fetchall()
-    conn.close()
-    if not rows:
-        print("no lag reported yet: are appliers running? (zonesync apply --zone NAME)")
-        return 1
-    print(f"{'source':<8} {'target':<8} {'events behind':>14} {'seconds behind':>15} {'reported':>10}")
-    for s, t, ev, sec, age in rows:
-        print(f"{s:<8} {t:<8} {int(ev):>14} {float(sec):>15.3f} {float(age):>8.1f} s ago")
-    if args.partitions:
+        conn.close()
         for s, t, p, lsn, ev, sec in detail:
             print(f"  {s}->{t} partition {p}: applied LSN {lsn}, {ev} behind, {sec:.3f} s")
-    return 0
+    return 1 if any(r[5] for r in rows) else 0
 
 
 def _zone_conn(zone: str):

@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.support.replication import Cluster, reset_state, wait_converged
 from zonesync import transport
+from zonesync.apply.progress import STALE_AFTER_S, lag_report
 from zonesync.capture.event import decode_message, pk_text
 
 pytestmark = pytest.mark.integration
@@ -68,8 +69,18 @@ def test_a_burst_travels_as_few_messages_with_each_partitions_chain_whole(meta, 
 
 
 def test_lag_is_reported_per_partition_and_drops_to_zero_after_a_burst(cluster, guard_env, zones, meta):
-    """Zone b's applier is down while zone a writes a burst (several events per message);
-    once it caught up, every partition of a -> b reports its last LSN, nothing behind."""
+    """Zone b's applier is down while zone a writes a burst (several events per message):
+    `zonesync lag` marks a -> b stale (S003-02); once it caught up, every partition of
+    a -> b reports its last LSN, nothing behind, and the pair is fresh again."""
+
+    def pair():
+        return next((r for r in lag_report(meta) if r[:2] == ("a", "b")), None)
+
+    deadline = time.monotonic() + 10
+    while pair() is None:  # the running applier's first report
+        assert time.monotonic() < deadline, "zone b's applier never reported"
+        time.sleep(0.2)
+    assert not pair()[5]
     cluster.stop("applier-b")
     guard = guard_env("a")
     for t in range(40):
@@ -77,6 +88,10 @@ def test_lag_is_reported_per_partition_and_drops_to_zero_after_a_burst(cluster, 
             tx.insert("tenants", {"tenant_id": t, "name": f"n{t}"})
     last = {p: batches[-1][-1].lsn for p, batches in _read_all(cluster, 40).items() if batches}
     assert len(last) > 1, "the burst spans several partitions"
+    deadline = time.monotonic() + STALE_AFTER_S + 10
+    while not pair()[5]:
+        assert time.monotonic() < deadline, f"a stopped applier must show as stale: {pair()}"
+        time.sleep(0.2)
     cluster.start(which=("applier",), zones=("b",))
     wait_converged(zones, ("tenants",))
     want = {p: (lsn, 0, 0.0) for p, lsn in last.items()}
@@ -91,3 +106,4 @@ def test_lag_is_reported_per_partition_and_drops_to_zero_after_a_burst(cluster, 
             break
         time.sleep(0.2)
     assert {p: reported.get(p) for p in want} == want
+    assert not pair()[5], "reporting again: no longer stale"
