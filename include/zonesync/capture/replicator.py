@@ -44,6 +44,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+import msgspec
 import pymysql
 from confluent_kafka import KafkaError, KafkaException, Producer
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
@@ -78,6 +79,17 @@ BINLOG_UNREADABLE = 1236
 
 class ReplicatorError(RuntimeError):
     pass
+
+
+class EventTooLarge(ReplicatorError):
+    """One event is larger than the broker takes (seed case S002-12, a huge LOB). It is
+    never truncated and never skipped: nothing is published past it until the limits
+    (the producer's and the broker's message.max.bytes) let it through."""
+
+    def __init__(self, payload: bytes):
+        doc = msgspec.json.decode(payload)[0]
+        self.detail = {"lsn": doc["lsn"], "table": doc["table"], "pk": doc["pk"], "bytes": len(payload)}
+        super().__init__(f"an event of {len(payload)} bytes is over the broker's message limit: {self.detail}")
 
 
 @dataclass
@@ -134,7 +146,7 @@ class Replicator:
         self.topic = topic_of(zone)
         self.stopping = False
         self.server_id_offset = 0
-        self._unreadable_alerted: set[str] = set()  # checkpoint positions already alerted
+        self._alerted: set[tuple[str, str]] = set()  # (kind, key) of alerts already raised
         self._last_prune = time.monotonic()
         self.published = 0
         self._pks: dict[tuple[str, str], list[str]] = {}
@@ -200,6 +212,10 @@ class Replicator:
                     self._binlog_unreadable(exc)
                     time.sleep(5)  # nothing is published until the file is back: never a skip
                     continue
+                if isinstance(exc, EventTooLarge):
+                    self._alert_once("event_too_large", str(exc.detail["lsn"]), exc.detail)
+                    time.sleep(5)  # nothing is published past it until the limits are raised
+                    continue
                 if getattr(exc, "args", None) and exc.args[0] == 4052:
                     # The server still holds the dump thread of our previous connection (a killed
                     # replicator, a dropped stream) and refuses a second reader with its server_id
@@ -221,22 +237,30 @@ class Replicator:
         consumers of this zone need a full copy."""
         try:
             cp = self.store.latest()
-            where = f"{cp.log_file}:{cp.log_pos}" if cp else "the zone's first position"
-            if where in self._unreadable_alerted:
-                return
-            self._unreadable_alerted.add(where)
-            detail = {
-                "checkpoint": where,
-                "error": str(exc.args[1] if len(exc.args) > 1 else exc)[:300],
-                "action": "restore the binlog file, or rebuild this zone's consumers with a full copy",
-            }
-            log.error("ALERT binlog_unreadable in zone %s: %s", self.zone, detail)
+        except Exception as meta_exc:  # noqa: BLE001 - meta down: the next attempt alerts
+            log.warning("replicator %s: binlog unreadable, meta unreachable: %s", self.zone, meta_exc)
+            return
+        where = f"{cp.log_file}:{cp.log_pos}" if cp else "the zone's first position"
+        detail = {
+            "checkpoint": where,
+            "error": str(exc.args[1] if len(exc.args) > 1 else exc)[:300],
+            "action": "restore the binlog file, or rebuild this zone's consumers with a full copy",
+        }
+        self._alert_once("binlog_unreadable", where, detail)
+
+    def _alert_once(self, kind: str, key: str, detail: dict) -> None:
+        """An alert in meta, once per (kind, key) for this process's life."""
+        if (kind, key) in self._alerted:
+            return
+        try:
+            log.error("ALERT %s in zone %s: %s", kind, self.zone, detail)
             self.meta.run(
                 "INSERT INTO alerts (zone, kind, detail) VALUES (%s, %s, %s)",
-                (self.zone, "binlog_unreadable", json.dumps(detail)),
+                (self.zone, kind, json.dumps(detail, default=str)),
             )
+            self._alerted.add((kind, key))
         except Exception as alert_exc:  # noqa: BLE001 - meta down: the next attempt alerts again
-            log.warning("replicator %s: could not record the unreadable binlog: %s", self.zone, alert_exc)
+            log.warning("replicator %s: could not record the %s alert: %s", self.zone, kind, alert_exc)
 
     def _pass(self, deadline: float | None) -> None:
         resend_ids: list[int] = []
@@ -495,6 +519,9 @@ class Replicator:
                 except BufferError:
                     producer.poll(0.05)
                 except KafkaException as exc:
+                    err = exc.args[0] if exc.args else None
+                    if isinstance(err, KafkaError) and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                        raise EventTooLarge(payload) from exc
                     raise ReplicatorError(f"produce failed: {exc}") from exc
         self.published += len(events)
         return len(payloads)

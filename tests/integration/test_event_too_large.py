@@ -1,0 +1,63 @@
+"""An event over the broker's message limit (S002-12, a huge LOB) is never truncated and
+never skipped: the replicator publishes nothing past it, its checkpoint stays before it,
+and one alert names the event."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from tests.support.replication import Cluster, reset_state
+from zonesync.capture.checkpoints import CheckpointStore
+
+pytestmark = pytest.mark.integration
+
+
+def test_an_event_over_the_message_limit_stops_the_replicator_with_an_alert(zones, meta, broker, test_cfg):
+    reset_state(zones, meta)
+    conn = zones["a"].connect()
+    conn.autocommit(True)
+    cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=2)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("DROP TABLE IF EXISTS zonesync_app.lobs")
+            cur.execute("CREATE TABLE zonesync_app.lobs (id BIGINT PRIMARY KEY, body LONGTEXT, "
+                        "_zs_origin SMALLINT NOT NULL DEFAULT 0, _zs_version BIGINT NOT NULL DEFAULT 0)")  # fmt: skip
+            cur.execute("SET SESSION sql_log_bin = 1")
+        cluster.start(zones=("a",), which=("replicator",))
+        cluster.wait_started()
+        cluster.stop("replicator-a")
+        store = CheckpointStore(meta, "a")
+        try:
+            before = store.latest()
+        finally:
+            store.close()
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO zonesync_app.lobs VALUES (7, REPEAT('x', 1500000), 1, 1)")
+        replicator = cluster.make_replicator("a")
+        runner = threading.Thread(target=replicator.run, kwargs={"max_seconds": 7}, daemon=True)
+        runner.start()
+        runner.join(20)
+        assert not runner.is_alive()
+        assert replicator.published == 0, "nothing past the event"
+        with meta.connect().cursor() as cur:
+            cur.execute("SELECT detail FROM alerts WHERE zone = 'a' AND kind = 'event_too_large'")
+            alerts = [json.loads(r[0]) for r in cur.fetchall()]
+        assert len(alerts) == 1, "one alert, however often it tries again"
+        assert (alerts[0]["table"], alerts[0]["pk"]) == ("lobs", {"id": 7}) and alerts[0]["bytes"] > 1_500_000
+        store = CheckpointStore(meta, "a")
+        try:
+            after = store.latest()
+        finally:
+            store.close()
+        assert (after.log_file, after.log_pos) == (before.log_file, before.log_pos), "the checkpoint stays before it"
+    finally:
+        cluster.stop()
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("DROP TABLE IF EXISTS zonesync_app.lobs")
+        conn.close()
+        reset_state(zones, meta)
