@@ -4,12 +4,9 @@ and one alert names the event."""
 
 from __future__ import annotations
 
-import json
-import threading
-
 import pytest
 
-from tests.support.replication import Cluster, reset_state
+from tests.support.replication import Cluster, alerts, replicator_alone, reset_state
 from zonesync.capture.checkpoints import CheckpointStore
 
 pytestmark = pytest.mark.integration
@@ -37,17 +34,11 @@ def test_an_event_over_the_message_limit_stops_the_replicator_with_an_alert(zone
             store.close()
         with conn.cursor() as cur:
             cur.execute("INSERT INTO zonesync_app.lobs VALUES (7, REPEAT('x', 1500000), 1, 1)")
-        replicator = cluster.make_replicator("a")
-        runner = threading.Thread(target=replicator.run, kwargs={"max_seconds": 7}, daemon=True)
-        runner.start()
-        runner.join(20)
-        assert not runner.is_alive()
+        replicator = replicator_alone(cluster, "a")
         assert replicator.published == 0, "nothing past the event"
-        with meta.connect().cursor() as cur:
-            cur.execute("SELECT detail FROM alerts WHERE zone = 'a' AND kind = 'event_too_large'")
-            alerts = [json.loads(r[0]) for r in cur.fetchall()]
-        assert len(alerts) == 1, "one alert, however often it tries again"
-        assert (alerts[0]["table"], alerts[0]["pk"]) == ("lobs", {"id": 7}) and alerts[0]["bytes"] > 1_500_000
+        found = alerts(meta, "a", "event_too_large")
+        assert len(found) == 1, "one alert, however often it tries again"
+        assert (found[0]["table"], found[0]["pk"]) == ("lobs", {"id": 7}) and found[0]["bytes"] > 1_500_000
         store = CheckpointStore(meta, "a")
         try:
             after = store.latest()

@@ -3,6 +3,7 @@ on topics private to the test, plus convergence and checksum helpers."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -134,3 +135,20 @@ def wait_converged(zones, tables=APP_TABLES, timeout: float = 30.0) -> dict:
             detail = {t: {z: len(rows) for z, rows in v.items()} for t, v in sums.items()}
             raise AssertionError(f"zones did not converge within {timeout} s: row counts {detail}")
         time.sleep(0.1)
+
+
+def replicator_alone(cluster, zone: str, seconds: float = 7):
+    """A fresh replicator of `zone` run for `seconds` in a thread, then returned (stopped)."""
+    replicator = cluster.make_replicator(zone)
+    runner = threading.Thread(target=replicator.run, kwargs={"max_seconds": seconds}, daemon=True)
+    runner.start()
+    runner.join(seconds + 13)
+    assert not runner.is_alive(), f"replicator {zone} did not stop after {seconds} s"
+    return replicator
+
+
+def alerts(meta, zone: str, kind: str) -> list[dict]:
+    """The details of a zone's alerts of one kind, oldest first."""
+    with meta.connect().cursor() as cur:
+        cur.execute("SELECT detail FROM alerts WHERE zone = %s AND kind = %s ORDER BY id", (zone, kind))
+        return [json.loads(r[0]) for r in cur.fetchall()]
