@@ -38,8 +38,7 @@ from pymysqlreplication.event import MariadbGtidEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from zonesync.capture.event import DELETE, INSERT, UPDATE
-from zonesync.capture.native_rows import NativeRows
-from zonesync.capture.rows import RowDecoder, decode_rows, full_bitmap
+from zonesync.capture.rows import RowDecoder, full_bitmap
 
 ROWS_V1_POST_HEADER = 8  # table id (6) and flags (2)
 _HEADER = struct.Struct("<xIBIIIH")  # OK byte, timestamp, type, server id, event size, next position, flags
@@ -283,12 +282,8 @@ class LeanBinLogStreamReader(BinLogStreamReader):
         for n in range(bitmaps):
             if data[pos + n * width : pos + (n + 1) * width] != full:
                 return None  # a partial row image
-        start = pos + bitmaps * width
-        spec = self.rows.native(table)
         try:
-            decoded = NativeRows.check(spec, read, data, start, end, change) if spec is not None else None
-            if decoded is None:
-                decoded = decode_rows(read, change, data, start, end)
+            decoded = self.rows.decode(table, read, change, data, pos + bitmaps * width, end)
         except Exception:  # noqa: BLE001 - anything unexpected: the library reads it
             return None
         if decoded is None:

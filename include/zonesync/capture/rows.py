@@ -297,9 +297,15 @@ class RowDecoder:
         raw = wrapper.packet
         kind = UPDATE if update else INSERT if isinstance(ev, WriteRowsEvent) else DELETE
         start, end = raw._position, raw._position + ev.event_size - wrapper.read_bytes
-        spec = self.native(ev.table_map[ev.table_id])
-        native = NativeRows.check(spec, read, raw._data, start, end, kind) if spec is not None else None
-        return native if native is not None else decode_rows(read, kind, raw._data, start, end)
+        return self.decode(ev.table_map[ev.table_id], read, kind, raw._data, start, end)
+
+    def decode(self, table, read, kind: str, buf: bytes, pos: int, end: int):
+        """The row images from pos to end: kept as bytes for the C module when it reads this
+        table map and they check out (NativeRows), else decoded by `read`; None when they do
+        not end exactly at end."""
+        spec = self.native(table)
+        native = NativeRows.check(spec, read, buf, pos, end, kind) if spec is not None else None
+        return native if native is not None else decode_rows(read, kind, buf, pos, end)
 
 
 def _plain_column(col) -> bool:
