@@ -37,7 +37,6 @@ starts again from step 1: what was committed is exactly what apply_state says.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -50,7 +49,7 @@ from zonesync import transport
 from zonesync.apply.continuity import PartitionState, filter_chain
 from zonesync.apply.writer import TableMissing, ZoneWriter
 from zonesync.capture.event import ChangeEvent, EventError, decode_message
-from zonesync.meta import topics
+from zonesync.meta import alerts, topics
 from zonesync.meta.db import MetaConfig
 
 log = logging.getLogger("zonesync.applier")
@@ -104,11 +103,7 @@ class Applier:
 
     # -- meta side -----------------------------------------------------------
     def alert(self, kind: str, detail: dict) -> None:
-        log.error("ALERT %s in zone %s: %s", kind, self.zone, detail)
-        self.meta.run(
-            "INSERT INTO alerts (zone, kind, detail) VALUES (%s, %s, %s)",
-            (self.zone, kind, json.dumps(detail, default=str)),
-        )
+        alerts.record(self.meta, self.zone, kind, detail)
 
     def _request_resend(self, source: str, partition: int, from_lsn: int) -> int:
         _, request_id = self.meta.run(

@@ -38,7 +38,6 @@ carry the same LSNs and appliers skip what they already have.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import deque
@@ -64,7 +63,7 @@ from zonesync.capture.event import (
 )
 from zonesync.capture.publish import Txn, queue_txn_events
 from zonesync.capture.rows import RowDecoder
-from zonesync.meta import topics
+from zonesync.meta import alerts, topics
 from zonesync.meta.db import MetaConfig
 
 log = logging.getLogger("zonesync.replicator")
@@ -253,11 +252,7 @@ class Replicator:
         if (kind, key) in self._alerted:
             return
         try:
-            log.error("ALERT %s in zone %s: %s", kind, self.zone, detail)
-            self.meta.run(
-                "INSERT INTO alerts (zone, kind, detail) VALUES (%s, %s, %s)",
-                (self.zone, kind, json.dumps(detail, default=str)),
-            )
+            alerts.record(self.meta, self.zone, kind, detail)
             self._alerted.add((kind, key))
         except Exception as alert_exc:  # noqa: BLE001 - meta down: the next attempt alerts again
             log.warning("replicator %s: could not record the %s alert: %s", self.zone, kind, alert_exc)
