@@ -38,8 +38,14 @@ def literal_function(conn):
             return "NULL"
         return slow(value)
 
-    literal.backslash_escapes = True  # the C renderer's escaping (row_tuples)
+    literal.backslash_escapes = True  # the C module's escaping (native_renderer)
     return literal
+
+
+def native_renderer(lit):
+    """The C module, when it is built and may render rows for a session whose literals are
+    `lit` (its text escaping is the backslash one); else None: rows are rendered in Python."""
+    return _native if _native is not None and getattr(lit, "backslash_escapes", False) else None
 
 
 def row_tuples(rows: list[dict], lit) -> str:
@@ -52,8 +58,9 @@ def row_tuples(rows: list[dict], lit) -> str:
     if not rows:
         return ""
     width = len(rows[0])
-    if _native is not None and getattr(lit, "backslash_escapes", False):
-        text = _native.render_rows(rows, width)  # None: a value it does not render
+    native = native_renderer(lit)
+    if native is not None:
+        text = native.render_rows(rows, width)  # None: a value it does not render
         if text is not None:
             return text
     render = _RENDERERS.get(width)

@@ -30,10 +30,7 @@ from __future__ import annotations
 from pymysql.connections import Connection, MySQLResult
 from pymysql.protocol import LoadLocalPacketWrapper
 
-try:
-    from zonesync import _native
-except ImportError:  # not built (scripts/build_native.py): INSERTs only
-    _native = None
+from zonesync.apply.literals import native_renderer
 
 NAME = "zonesync-new-rows"  # what the statement asks for: no file of that name is ever read
 # ER_NOT_ALLOWED_COMMAND (local_infile off, MariaDB < 10.5 and MySQL), ER_LOAD_INFILE_CAPABILITY_DISABLED
@@ -46,18 +43,14 @@ class LoadRefused(Exception):
     """The server asked for something other than the rows this connection was given."""
 
 
-def available(lit) -> bool:
-    """Whether rows may go as LOAD DATA on a session whose literals are `lit`
-    (literals.literal_function): the C module is built and text is backslash-escaped."""
-    return _native is not None and getattr(lit, "backslash_escapes", False)
-
-
-def payload(rows: list[dict]) -> bytes | None:
-    """The rows as LOAD DATA's default text format, or None (a value or a column set
-    it does not cover: the INSERT takes them)."""
-    if not rows:
+def payload(rows: list[dict], lit) -> bytes | None:
+    """The rows as LOAD DATA's default text format, or None: the C module is not built,
+    the session (whose literals are `lit`) does not escape with backslashes, or a value
+    or a column set it does not cover. The INSERT takes them then."""
+    native = native_renderer(lit)
+    if native is None or not rows:
         return None
-    return _native.render_tsv(rows, tuple(rows[0]))
+    return native.render_tsv(rows, tuple(rows[0]))
 
 
 def statement(table_sql: str, columns_sql: str) -> str:

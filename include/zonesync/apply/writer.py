@@ -275,22 +275,22 @@ class ZoneWriter:
         """Insert events of a table without tombstones or locked rows, unmerged, as new rows
         (see "New rows" above); raises _NotAllNew when the table has either after all."""
         pk_cols = self._keyed_by_primary_key(table, events)
-        first = self._new_rows(cur, lit, table, [decode_row(e.new) for e in events])
-        if self._read(cur, lit, table, pk_cols, [], [], first)[3]:
+        first, loaded = self._new_rows(cur, lit, table, [decode_row(e.new) for e in events])
+        if self._read(cur, lit, table, pk_cols, [], [], first, loaded)[3]:
             self._marked.add(table)
             raise _NotAllNew(table)
         result.applied += len(events)
         result.new_rows += len(events)
 
-    def _new_rows(self, cur, lit, table: str, rows: list[dict]) -> list[str]:
-        """The statements that write these rows as new: one LOAD DATA, its rows handed to
-        the connection (load_data.py), or multi-row INSERTs."""
-        data = load_data.payload(rows) if self._load and load_data.available(lit) else None
+    def _new_rows(self, cur, lit, table: str, rows: list[dict]) -> tuple[list[str], int]:
+        """The statements that write these rows as new, and how many rows a LOAD DATA among
+        them must load: one LOAD DATA, its rows handed to the connection (load_data.py),
+        or multi-row INSERTs (0)."""
+        data = load_data.payload(rows, lit) if self._load else None
         if data is None:
-            return inserts(lit, table, rows)
+            return inserts(lit, table, rows), 0
         cur.connection.payload = data
-        self._loading = len(rows)
-        return [load_data.statement(q(table), ", ".join(q(c) for c in rows[0]))]
+        return [load_data.statement(q(table), ", ".join(q(c) for c in rows[0]))], len(rows)
 
     def _apply_table(
         self, cur, lit, source_zone: str, table: str, changes: list[NetChange], result, read_first: bool
@@ -298,16 +298,17 @@ class ZoneWriter:
         """Read, decide; returns the write statements (not yet sent)."""
         pk_cols = self._keyed_by_primary_key(table, changes)
         first: list[str] = []  # sent ahead of the reads: the new rows' INSERT
+        loaded = 0  # rows a LOAD DATA in `first` must load
         if not read_first and table not in self._marked:
             new_rows = [c for c in changes if c.first_op == INSERT and c.new is not None]
             if new_rows:
                 changes = [c for c in changes if c.first_op != INSERT or c.new is None]
-                first = self._new_rows(cur, lit, table, [decode_row(c.new) for c in new_rows])
+                first, loaded = self._new_rows(cur, lit, table, [decode_row(c.new) for c in new_rows])
                 result.applied += sum(c.events for c in new_rows)
                 result.new_rows += len(new_rows)
         keys = [tuple([pk[k] for k in pk_cols]) for pk in [decode_row(c.pk) for c in changes]]
         texts = [c.pk_text for c in changes]
-        targets, tombstones, locks, marked = self._read(cur, lit, table, pk_cols, keys, texts, first)
+        targets, tombstones, locks, marked = self._read(cur, lit, table, pk_cols, keys, texts, first, loaded)
         if marked:
             self._marked.add(table)
             if first:
@@ -364,10 +365,11 @@ class ZoneWriter:
             )
         return writes
 
-    def _read(self, cur, lit, table, pk_cols, keys, texts, first: list[str]):
+    def _read(self, cur, lit, table, pk_cols, keys, texts, first: list[str], loaded: int = 0):
         """The target rows (locked FOR UPDATE), their tombstones' versions, the held
         counts of locked rows, by pk text, and whether the table has any tombstone or
-        locked row. `first` (the new rows' INSERT) runs ahead of it all, in the same request.
+        locked row. `first` (the new rows' INSERT, or a LOAD DATA of `loaded` rows) runs
+        ahead of it all, in the same request.
 
         The first request reads the target rows and asks whether the table has any
         tombstone or locked row at all; only when it does, a second request looks the
@@ -390,13 +392,12 @@ class ZoneWriter:
         )
         targets: dict[str, dict] = {}
         sets = result_sets(cur, reads)
-        for statement in first:
+        for _ in first:
             next(sets)
-            if statement.startswith("LOAD DATA"):
-                # LOCAL skips a duplicate key and truncates a value that does not fit,
-                # with a warning each, where the INSERT would have failed
-                if cur.rowcount != self._loading or cur._result.warning_count:
-                    raise _NotAllNew(table)
+        # LOCAL skips a duplicate key and truncates a value that does not fit, with a warning
+        # each, where the INSERT would have failed (a LOAD DATA is all of `first`)
+        if loaded and (cur.rowcount != loaded or cur._result.warning_count):
+            raise _NotAllNew(table)
         for _ in range(len(reads) - len(first) - 1):
             rows = next(sets)
             names = [d[0] for d in cur.description]
