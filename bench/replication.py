@@ -145,7 +145,6 @@ def _settle(*instances, timeout: float = 90) -> float:
     first windows, never in the second lag phase).
     """
     started = time.monotonic()
-    os.sync()
     saved = {inst: _exec(inst, "SELECT @@GLOBAL.innodb_max_dirty_pages_pct")[0][0] for inst in instances}
     try:
         for inst in instances:

@@ -36,14 +36,10 @@ def cmd_lag(args) -> int:
         note = f"  STALE: zone {t}'s applier has not reported for {age:.0f} s (stopped?)" if stale else ""
         print(f"{s:<8} {t:<8} {ev:>14} {sec:>15.3f} {age:>8.1f} s ago{note}")
     if args.partitions:
-        conn = meta.connect()
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT source_zone, target_zone, partition_no, applied_lsn, behind_events, behind_seconds "
-                "FROM apply_lag ORDER BY 1, 2, 3"
-            )
-            detail = cur.fetchall()
-        conn.close()
+        detail, _ = meta.run(
+            "SELECT source_zone, target_zone, partition_no, applied_lsn, behind_events, behind_seconds "
+            "FROM apply_lag ORDER BY 1, 2, 3"
+        )
         for s, t, p, lsn, ev, sec in detail:
             print(f"  {s}->{t} partition {p}: applied LSN {lsn}, {ev} behind, {sec:.3f} s")
     return 1 if any(r[5] for r in rows) else 0

@@ -88,15 +88,9 @@ def lag_report(meta: MetaConfig) -> list[tuple[str, str, int, float, float, bool
     """(source, target, events behind, seconds behind, report age in s, stale) per pair of
     zones, from what the appliers last reported. A stale pair's figures are those of its
     last report: its applier has stopped reporting, so the real lag may only be larger."""
-    conn = meta.connect()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT source_zone, target_zone, SUM(behind_events), MAX(behind_seconds), "
-                "MAX(TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6))) / 1e6 FROM apply_lag "
-                "GROUP BY source_zone, target_zone ORDER BY 1, 2"
-            )
-            rows = cur.fetchall()
-    finally:
-        conn.close()
+    rows, _ = meta.run(
+        "SELECT source_zone, target_zone, SUM(behind_events), MAX(behind_seconds), "
+        "MAX(TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6))) / 1e6 FROM apply_lag "
+        "GROUP BY source_zone, target_zone ORDER BY 1, 2"
+    )
     return [(s, t, int(ev), float(sec), float(age), float(age) > STALE_AFTER_S) for s, t, ev, sec, age in rows]
