@@ -46,3 +46,20 @@ def cluster(meta, zones, broker, test_cfg, guard_env):
     c.wait_started()
     yield c
     c.stop()
+
+
+@pytest.fixture
+def zone_a_alone(meta, zones, broker, test_cfg):
+    """(an autocommit connection to zone a, a 2-partition cluster on fresh topics with no
+    worker started), from and back to clean replication state: for tests that run zone
+    a's replicator on its own."""
+    from tests.support.replication import Cluster, reset_state
+
+    reset_state(zones, meta)
+    conn = zones["a"].connect()
+    conn.autocommit(True)
+    cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=2)
+    yield conn, cluster
+    cluster.stop()
+    conn.close()
+    reset_state(zones, meta)

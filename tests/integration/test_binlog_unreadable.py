@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.support.replication import Cluster, alerts, replicator_alone, reset_state
+from tests.support.replication import alerts, latest_checkpoint, replicator_alone
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 
 pytestmark = pytest.mark.integration
@@ -34,11 +34,8 @@ def _purge_past(conn, checkpoint_file: str) -> None:
             time.sleep(0.2)
 
 
-def test_a_purged_checkpoint_file_stops_the_replicator_with_an_alert(zones, meta, broker, test_cfg):
-    reset_state(zones, meta)
-    conn = zones["a"].connect()
-    conn.autocommit(True)
-    cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=2)
+def test_a_purged_checkpoint_file_stops_the_replicator_with_an_alert(zone_a_alone, meta):
+    conn, cluster = zone_a_alone
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
@@ -57,13 +54,7 @@ def test_a_purged_checkpoint_file_stops_the_replicator_with_an_alert(zones, meta
         found = alerts(meta, "a", "binlog_unreadable")
         assert len(found) == 1, "one alert, however often it asks again"
         assert found[0]["checkpoint"] == f"{file}:{pos}"
-        store = CheckpointStore(meta, "a")
-        try:
-            assert store.latest().log_file == file, "the checkpoint does not move past the lost file"
-        finally:
-            store.close()
+        assert latest_checkpoint(meta, "a").log_file == file, "the checkpoint does not move past the lost file"
     finally:
         with conn.cursor() as cur:
             cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id = 990001")
-        conn.close()
-        reset_state(zones, meta)

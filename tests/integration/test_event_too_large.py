@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.replication import Cluster, alerts, replicator_alone, reset_state
-from zonesync.capture.checkpoints import CheckpointStore
+from tests.support.replication import alerts, latest_checkpoint, replicator_alone
 
 pytestmark = pytest.mark.integration
 
 
-def test_an_event_over_the_message_limit_stops_the_replicator_with_an_alert(zones, meta, broker, test_cfg):
-    reset_state(zones, meta)
-    conn = zones["a"].connect()
-    conn.autocommit(True)
-    cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=2)
+def test_an_event_over_the_message_limit_stops_the_replicator_with_an_alert(zone_a_alone, meta):
+    conn, cluster = zone_a_alone
     try:
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin = 0")
@@ -27,11 +23,7 @@ def test_an_event_over_the_message_limit_stops_the_replicator_with_an_alert(zone
         cluster.start(zones=("a",), which=("replicator",))
         cluster.wait_started()
         cluster.stop("replicator-a")
-        store = CheckpointStore(meta, "a")
-        try:
-            before = store.latest()
-        finally:
-            store.close()
+        before = latest_checkpoint(meta, "a")
         with conn.cursor() as cur:
             cur.execute("INSERT INTO zonesync_app.lobs VALUES (7, REPEAT('x', 1500000), 1, 1)")
         replicator = replicator_alone(cluster, "a")
@@ -39,16 +31,9 @@ def test_an_event_over_the_message_limit_stops_the_replicator_with_an_alert(zone
         found = alerts(meta, "a", "event_too_large")
         assert len(found) == 1, "one alert, however often it tries again"
         assert (found[0]["table"], found[0]["pk"]) == ("lobs", {"id": 7}) and found[0]["bytes"] > 1_500_000
-        store = CheckpointStore(meta, "a")
-        try:
-            after = store.latest()
-        finally:
-            store.close()
+        after = latest_checkpoint(meta, "a")
         assert (after.log_file, after.log_pos) == (before.log_file, before.log_pos), "the checkpoint stays before it"
     finally:
-        cluster.stop()
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin = 0")
             cur.execute("DROP TABLE IF EXISTS zonesync_app.lobs")
-        conn.close()
-        reset_state(zones, meta)

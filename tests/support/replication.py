@@ -10,6 +10,7 @@ import uuid
 
 from zonesync.apply.applier import Applier
 from zonesync.apply.writer import ZoneWriter
+from zonesync.capture.checkpoints import CheckpointStore
 from zonesync.capture.replicator import Replicator, SourceDB
 from zonesync.dev import broker as broker_mod
 
@@ -87,8 +88,6 @@ class Cluster:
 
     def wait_started(self, timeout: float = 15.0) -> None:
         """Replicators have taken their start position (writes from now on are captured)."""
-        from zonesync.capture.checkpoints import CheckpointStore
-
         deadline = time.monotonic() + timeout
         for z in self.replicators:
             store = CheckpointStore(self.meta, z)
@@ -152,3 +151,12 @@ def alerts(meta, zone: str, kind: str) -> list[dict]:
     with meta.connect().cursor() as cur:
         cur.execute("SELECT detail FROM alerts WHERE zone = %s AND kind = %s ORDER BY id", (zone, kind))
         return [json.loads(r[0]) for r in cur.fetchall()]
+
+
+def latest_checkpoint(meta, zone: str):
+    """The zone's newest replicator checkpoint (None before its first)."""
+    store = CheckpointStore(meta, zone)
+    try:
+        return store.latest()
+    finally:
+        store.close()
