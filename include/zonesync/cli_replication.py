@@ -116,6 +116,8 @@ def cmd_safe_purge(args) -> int:
     from zonesync.capture.purge import safe_purge
     from zonesync.meta.db import MetaConfig
 
+    if args.before is not None or args.older_than is not None:
+        return _purge_older(args)
     try:
         purged_to, reason = safe_purge(MetaConfig.from_env(), args.zone, dry_run=args.dry_run, to_file=args.to)
     except EventError as exc:  # --to is not a binlog file name
@@ -127,6 +129,29 @@ def cmd_safe_purge(args) -> int:
         else f"{'would purge' if args.dry_run else 'purged'} binlogs before {purged_to} ({reason})"
     )
     return 1 if reason.startswith("refused") else 0
+
+
+def _purge_older(args) -> int:
+    """safe-purge --before / --older-than: exit 0 when every file old enough went (or none
+    was old enough), 1 when a consumer holds back old-enough files (they are listed, with
+    who needs them; the files before them were purged all the same), 2 on a bad value."""
+    from zonesync.capture.purge import AgeError, cutoff, purge_older
+    from zonesync.meta.db import MetaConfig
+
+    try:
+        limit = cutoff(before=args.before, older_than=args.older_than)
+    except AgeError as exc:
+        print(f"zonesync binlog safe-purge: {exc}", file=sys.stderr)
+        return 2
+    done = purge_older(MetaConfig.from_env(), args.zone, limit, dry_run=args.dry_run)
+    verb = "would purge" if args.dry_run else "purged"
+    if done.purged:
+        print(f"{verb} {', '.join(done.purged)} (closed before {limit:%Y-%m-%d %H:%M:%S} UTC, no consumer needs them)")
+    for name, closed, why in done.kept:
+        print(f"kept {name} (closed {closed:%Y-%m-%d %H:%M:%S} UTC, old enough): {why}")
+    if done.note:
+        print(done.note)
+    return 1 if done.kept else 0
 
 
 def cmd_resume(args) -> int:
@@ -179,12 +204,30 @@ def register(sub) -> None:
     al.set_defaults(func=cmd_alerts)
     binlog = sub.add_parser("binlog", help="binlog retention")
     bsub = binlog.add_subparsers(dest="binlog_command", required=True, metavar="ACTION")
-    sp = bsub.add_parser("safe-purge", help="purge only binlogs every consumer has confirmed past")
+    sp = bsub.add_parser(
+        "safe-purge",
+        help="purge only binlogs every consumer has confirmed past",
+        description="Purge only binlog files every consumer has confirmed past. With --before or --older-than, "
+        "only the files that are also old enough (closed before the cutoff) go. Exit 0: done (or nothing to "
+        "purge); 1: --to refused, or old-enough files kept because a consumer still needs them (listed with who "
+        "needs them; the files before them were purged); 2: a bad option value.",
+    )
     sp.add_argument("--zone", required=True)
     sp.add_argument("--dry-run", action="store_true")
-    sp.add_argument(
+    which = sp.add_mutually_exclusive_group()
+    which.add_argument(
         "--to",
         metavar="FILE",
         help="purge only the files before FILE; refused if a consumer still needs an earlier one",
+    )
+    which.add_argument(
+        "--before",
+        metavar="TIME",
+        help="purge only files closed before TIME, UTC: 'YYYY-MM-DD HH:MM:SS' (or 'YYYY-MM-DD HH:MM', 'YYYY-MM-DD')",
+    )
+    which.add_argument(
+        "--older-than",
+        metavar="AGE",
+        help="purge only files closed more than AGE ago: a whole number of days, hours or minutes (1d, 12h, 30m)",
     )
     sp.set_defaults(func=cmd_safe_purge)

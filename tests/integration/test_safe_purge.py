@@ -1,16 +1,19 @@
 """Binlog retention (S001-06, Pegasus's delay GC): safe-purge removes only files that
 no consumer can need again, the slowest target zone holds the rest, and naming a
-still-needed file is refused."""
+still-needed file is refused. By age (S002-09): only files both old enough and safe go,
+the old-enough ones a consumer needs are kept and reported, bad values are refused."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import pytest
 
 from tests.support.replication import reset_state
+from zonesync import cli
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
-from zonesync.capture.purge import needed_file, safe_purge
+from zonesync.capture.purge import closed_at, needed_file, safe_purge
 
 pytestmark = pytest.mark.integration
 
@@ -21,11 +24,14 @@ def _files(conn) -> list[str]:
         return [r[0] for r in cur.fetchall()]
 
 
-def _rotate(conn, n: int) -> list[tuple[str, int]]:
-    """n fresh binlog files, one row in each; the position after each file's row."""
+def _rotate(conn, n: int, apart: float = 0.0) -> list[tuple[str, int]]:
+    """n fresh binlog files, one row in each, opened `apart` seconds after one another;
+    the position after each file's row."""
     out = []
     with conn.cursor() as cur:
         for i in range(n):
+            if i:
+                time.sleep(apart)
             cur.execute("FLUSH BINARY LOGS")
             cur.execute(
                 "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (%s, 'p', 1, 1)",
@@ -97,3 +103,92 @@ def test_only_files_every_consumer_confirmed_past_are_purged(zones, meta):
             cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id >= 900000")
         conn.close()
         reset_state(zones, meta)
+
+
+def _purge(capsys, *args: str) -> tuple[int, str]:
+    """`zonesync binlog safe-purge --zone a ARGS`: (exit code, stdout + stderr)."""
+    try:
+        code = cli.main(["binlog", "safe-purge", "--zone", "a", *args])
+    except SystemExit as exc:  # argparse refuses the combination
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_age_purge_takes_only_files_old_enough_and_safe_and_reports_the_needed_ones(zones, meta, capsys):
+    reset_state(zones, meta)
+    conn = zones["a"].connect()
+    conn.autocommit(True)
+    try:
+        started = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
+        # files f1 .. f5, opened 1.1 s apart: the server's times have whole seconds
+        positions = _rotate(conn, 5, apart=1.1)
+        f1, f2, f3, f4, f5 = (f for f, _ in positions)
+        closed = closed_at(conn, _files(conn))
+        assert set(closed) == set(_files(conn)[:-1]) and f5 not in closed, "the file being written has no age"
+        assert started - dt.timedelta(seconds=2) <= closed[f1] < closed[f2] < closed[f3] < closed[f4]
+        assert closed[f4] <= dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        store = CheckpointStore(meta, "a")
+        try:  # the replicator's checkpoints in f2 .. f5, partition 0 at LSN 100 .. 400
+            for lsn, (f, pos) in zip((100, 200, 300, 400), positions[1:], strict=True):
+                store.save(Checkpoint("a", lsn, f, pos, {0: lsn}, lsn))
+        finally:
+            store.close()
+        _applied(meta, "b", 400)
+        _applied(meta, "c", 150)  # the slow consumer: it needs what follows LSN 100, from f2 on
+        assert needed_file(meta, "a")[0] == f2
+        # a cutoff between f3's close and f4's: f1, f2, f3 (and whatever came before) are old enough
+        cutoff = (closed[f3] + dt.timedelta(seconds=1)).strftime("%Y-%m-%d %H:%M:%S")
+        assert closed[f4] >= closed[f3] + dt.timedelta(seconds=1)
+
+        code, out = _purge(capsys, "--before", cutoff, "--dry-run")
+        assert code == 1 and f"would purge {_files(conn)[0]}" in out and f1 in out, out
+        assert f1 in _files(conn), "a dry run purges nothing"
+
+        code, out = _purge(capsys, "--before", cutoff)
+        files = _files(conn)
+        assert files[0] == f2 and files[-4:] == [f2, f3, f4, f5], "only the files old enough and safe are gone"
+        assert code == 1, "old-enough files held back by a consumer: exit 1"
+        kept = [line for line in out.splitlines() if line.startswith("kept ")]
+        assert len(kept) == 2 and kept[0].startswith(f"kept {f2} ") and kept[1].startswith(f"kept {f3} "), out
+        assert "zone c partition 0 (applied LSN 150)" in kept[0] and f"stops at {f2}" in kept[1], out
+        assert f4 not in out and f5 not in out, "files too young are not reported: the age keeps them"
+
+        _applied(meta, "c", 400)  # c caught up: everything before f5 is safe, but f4 is too young
+        code, out = _purge(capsys, "--before", cutoff)
+        assert code == 0 and f"purged {f2}, {f3} " in out and "kept" not in out, out
+        assert _files(conn)[:2] == [f4, f5], "f4 is safe but not old enough"
+
+        code, out = _purge(capsys, "--older-than", "1d")  # no file of this test session is a day old
+        assert code == 0 and "no binlog file of zone a was closed before" in out, out
+        assert _files(conn)[:2] == [f4, f5]
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id >= 900000")
+        conn.close()
+        reset_state(zones, meta)
+
+
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (["--older-than", "1 day"], ["--older-than", "1d, 12h, 30m"]),
+        (["--older-than", "0h"], ["--older-than", "1d, 12h, 30m"]),
+        (["--older-than", "12x"], ["--older-than", "1d, 12h, 30m"]),
+        (["--before", "2026/11/22 16:30:00"], ["--before", "YYYY-MM-DD HH:MM:SS"]),
+        (["--before", "yesterday"], ["--before", "YYYY-MM-DD HH:MM:SS"]),
+        (["--before", "2999-01-01 00:00:00"], ["--before", "in the future"]),
+        (["--before", "2026-11-22 16:30:00", "--to", "binlog.000001"], ["--to", "--before", "not allowed"]),
+        (["--before", "2026-11-22 16:30:00", "--older-than", "1d"], ["--older-than", "--before", "not allowed"]),
+        (["--older-than", "1d", "--to", "binlog.000001"], ["--to", "--older-than", "not allowed"]),
+    ],
+)
+def test_age_purge_refuses_bad_values(zones, meta, capsys, args, names):
+    conn = zones["a"].connect()
+    try:
+        before = _files(conn)
+        code, out = _purge(capsys, *args)
+        assert code == 2 and all(n in out for n in names), out
+        assert _files(conn) == before, "nothing purged"
+    finally:
+        conn.close()
