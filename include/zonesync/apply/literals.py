@@ -5,13 +5,16 @@ escape_item, the type's encoder); for the applier's multi-row upserts that was
 a quarter of its CPU. Rows are mostly integers and strings: those are written
 here directly, with pymysql's own escaping table; every other type (bytes,
 decimals, dates, floats, booleans) still goes through the connection's
-`literal`, and so does everything on a session in NO_BACKSLASH_ESCAPES mode.
+`literal`, and so does everything on a session in NO_BACKSLASH_ESCAPES mode, except
+times (timedelta), which are written here in both modes (`time_literal`).
 
 Rows of only integers, text and NULLs (most rows) are rendered by the C module
 (zonesync/_native.c render_rows), with the same escaping, when it is built.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from pymysql.constants import SERVER_STATUS
 from pymysql.converters import escape_string
@@ -22,11 +25,22 @@ except ImportError:  # not built (scripts/build_native.py): rows are rendered he
     _native = None
 
 
+def time_literal(value: timedelta) -> str:
+    """A TIME literal. pymysql's splits a negative timedelta into its negative days and positive
+    seconds and writes -01:30:00 as '-2:30:00'."""
+    micros = abs(value) // timedelta(microseconds=1)
+    seconds, micro = divmod(micros, 1_000_000)
+    hours, rest = divmod(seconds, 3600)
+    sign = "-" if value < timedelta(0) else ""
+    fraction = f".{micro:06d}" if micro else ""
+    return f"'{sign}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}{fraction}'"
+
+
 def literal_function(conn):
     """`literal(value) -> str` for this connection's current SQL mode."""
-    if conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES:
-        return conn.literal
     slow = conn.literal
+    if conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES:
+        return lambda value: time_literal(value) if type(value) is timedelta else slow(value)
 
     def literal(value) -> str:
         kind = type(value)
@@ -36,6 +50,8 @@ def literal_function(conn):
             return "'" + escape_string(value) + "'"
         if value is None:
             return "NULL"
+        if kind is timedelta:
+            return time_literal(value)
         return slow(value)
 
     literal.backslash_escapes = True  # the C module's escaping (native_renderer)

@@ -100,6 +100,33 @@ def _date(buf, pos):
     return datetime.date(year, month, day), pos + 3
 
 
+def _time2(buf, pos, fsp):
+    """TIME(fsp) as MySQL 5.6+ and MariaDB write it: the packed hours/minutes/seconds and the
+    fraction's bytes form one big-endian number offset by its top bit (a negative time is its
+    two's complement, so a fraction makes the whole-second part one less: mysys/my_time.cc,
+    my_time_packed_from_binary)."""
+    frac_bytes = _FSP_BYTES[fsp]
+    size = 3 + frac_bytes
+    packed = int.from_bytes(buf[pos : pos + size], "big") - (1 << (8 * size - 1))
+    hms, frac = divmod(abs(packed), 1 << (8 * frac_bytes))
+    value = datetime.timedelta(
+        hours=(hms >> 12) & 0x3FF,
+        minutes=(hms >> 6) & 0x3F,
+        seconds=hms & 0x3F,
+        microseconds=frac * 10 ** (6 - 2 * frac_bytes),
+    )
+    return (-value if packed < 0 else value), pos + size
+
+
+def _library_time2(self, column):
+    # pymysqlreplication 1.0.17 negates the whole-second part alone, so a negative TIME with a
+    # fraction came out wrong (-00:00:00.000001 as -00:00:00.999999); its reader is replaced.
+    return _time2(self.packet.read(3 + _FSP_BYTES[column.fsp]), 0, column.fsp)[0]
+
+
+RowsEvent._RowsEvent__read_time2 = _library_time2
+
+
 _DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 
 

@@ -12,6 +12,7 @@ becomes a template and every other instance starts from a copy of it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -38,6 +39,11 @@ class Instance:
     datadir: Path
     gtid_domain_id: int = 0
     user: str = "root"
+    # The server's own time zone, as a zone abroad runs it: `default_time_zone` is
+    # --default-time-zone (e.g. "+08:00"; None leaves it SYSTEM), `tz` the TZ environment
+    # variable mariadbd starts with (e.g. "America/New_York": SYSTEM then follows its DST).
+    default_time_zone: str | None = None
+    tz: str | None = None
 
     @property
     def socket(self) -> Path:
@@ -76,7 +82,12 @@ class Instance:
             "--sync-binlog=0",
             "--max-connections=300",
             "--performance-schema=OFF",
+            *([f"--default-time-zone={self.default_time_zone}"] if self.default_time_zone else []),
         ]
+
+    def environment(self) -> dict | None:
+        """mariadbd's environment: this process's, with TZ when the instance sets one."""
+        return None if self.tz is None else {**os.environ, "TZ": self.tz}
 
     def connect(self, database: str | None = None, **kw) -> pymysql.connections.Connection:
         return pymysql.connect(
@@ -155,7 +166,7 @@ def start(instance: Instance, run_dir: Path, log_dir: Path, template_root: Path)
     # A crashed run leaves its pid file and socket; mariadbd recovers the data itself.
     for leftover in (instance.socket, instance.datadir / "mysqld.pid"):
         leftover.unlink(missing_ok=True)
-    managed = procs.spawn(run_dir, log_dir, instance.name, instance.argv(), instance.marker)
+    managed = procs.spawn(run_dir, log_dir, instance.name, instance.argv(), instance.marker, env=instance.environment())
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if ping(instance):
