@@ -1,4 +1,4 @@
-"""`zonesync replicate | apply | lag | locks | alerts | binlog`: replication from the command line."""
+"""`zonesync replicate | apply | lag | locks | resume | alerts | binlog`: replication from the command line."""
 
 from __future__ import annotations
 
@@ -161,6 +161,39 @@ def cmd_alerts(args) -> int:
     return 1 if rows else 0
 
 
+def cmd_bootstrap(args) -> int:
+    """Set where a zone's capture starts (seed S001-09): for a zone never captured, or one
+    whose checkpoint history was lost (the replicator refuses to guess)."""
+    from zonesync.capture.binlog import binlog_end
+    from zonesync.capture.start import bootstrap
+    from zonesync.meta.db import MetaConfig
+    from zonesync.meta.store import default_actor
+
+    conn = _zone_conn(args.zone)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            sizes = {row[0]: int(row[1]) for row in cur.fetchall()}
+        end = binlog_end(conn)
+    finally:
+        conn.close()
+    if args.at == "current":
+        log_file, log_pos = end
+    else:
+        log_file, sep, pos = args.at.rpartition(":")
+        if not sep or not log_file or not pos.isdigit():
+            print("--at: give FILE:POS (e.g. binlog.000012:4, as SHOW BINARY LOGS names files) or current")
+            return 2
+        log_pos = int(pos)
+        if log_file not in sizes or not 4 <= log_pos <= sizes[log_file]:
+            held = f"{min(sizes)} to {max(sizes)}" if sizes else "none"
+            print(f"--at: {args.at} is not a position in zone {args.zone}'s binlog (files held: {held})")
+            return 2
+    bootstrap(MetaConfig.from_env(), args.zone, log_file, log_pos, f"zonesync binlog bootstrap by {default_actor()}")
+    print(f"zone {args.zone}: capture starts at {log_file}:{log_pos}; its consumers see a new chain")
+    return 0
+
+
 def cmd_safe_purge(args) -> int:
     from zonesync.capture.event import EventError
     from zonesync.capture.purge import safe_purge
@@ -298,3 +331,15 @@ def register(sub) -> None:
         help="purge only files closed more than AGE ago: a whole number of days, hours or minutes (1d, 12h, 30m)",
     )
     sp.set_defaults(func=cmd_safe_purge)
+    bs = bsub.add_parser(
+        "bootstrap",
+        help="set where a zone's capture starts: a zone never captured, or one whose checkpoints were lost",
+    )
+    bs.add_argument("--zone", required=True)
+    bs.add_argument(
+        "--at",
+        required=True,
+        metavar="FILE:POS|current",
+        help="the binlog position to capture from (refused while the zone has checkpoints)",
+    )
+    bs.set_defaults(func=cmd_bootstrap)

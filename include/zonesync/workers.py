@@ -50,7 +50,9 @@ def zone_endpoint(name: str, env: dict | None = None) -> ZoneEndpoint:
 
 
 def build_replicator(zone: str, server_id: int | None = None, env: dict | None = None):
-    from zonesync.capture.replicator import Replicator, SourceDB
+    from zonesync.capture.lease import DEFAULT_TTL
+    from zonesync.capture.replicator import Replicator
+    from zonesync.capture.source import SourceDB
 
     ep = zone_endpoint(zone, env)
     return Replicator(
@@ -60,7 +62,21 @@ def build_replicator(zone: str, server_id: int | None = None, env: dict | None =
         meta=MetaConfig.from_env(env),
         server_id=server_id or 4000 + ep.zone_id,
         partitions=transport.partitions(env),
+        lease_ttl=_seconds(env, "ZONESYNC_REPLICATOR_LEASE_S", DEFAULT_TTL),
     )
+
+
+def _seconds(env: dict | None, name: str, default: float) -> float:
+    text = (env if env is not None else os.environ).get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise config.ConfigError(f"{name}={text!r}: give a positive number of seconds, e.g. {default:g}")
+    return value
 
 
 def parse_table_weights(text: str | None, source: str = "--table-weights") -> dict[str, int]:

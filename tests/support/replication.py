@@ -11,12 +11,23 @@ import uuid
 from zonesync.apply.applier import Applier
 from zonesync.apply.writer import ZoneWriter
 from zonesync.capture.checkpoints import CheckpointStore
-from zonesync.capture.replicator import Replicator, SourceDB
+from zonesync.capture.replicator import Replicator
+from zonesync.capture.source import SourceDB
 from zonesync.dev import broker as broker_mod
 
 ZONES = ("a", "b", "c")
 ZONE_IDS = {"a": 1, "b": 2, "c": 3}
 APP_TABLES = ("tenants", "orders")
+# every meta table that holds replication state
+REPLICATION_META = (
+    "replicator_checkpoints",
+    "capture_starts",
+    "replicator_leases",
+    "resend_requests",
+    "alerts",
+    "apply_lag",
+    "change_topics",
+)
 
 
 def reset_state(zones, meta) -> None:
@@ -31,7 +42,7 @@ def reset_state(zones, meta) -> None:
                 cur.execute(f"DELETE FROM zonesync.{t}")
         conn.close()
     with meta.connect().cursor() as cur:
-        for t in ("replicator_checkpoints", "resend_requests", "alerts", "apply_lag", "change_topics"):
+        for t in REPLICATION_META:
             cur.execute(f"DELETE FROM {t}")
 
 

@@ -19,3 +19,19 @@ def binlog_end(conn) -> tuple[str, int] | None:
             cur.execute("SHOW BINARY LOG STATUS")
         row = cur.fetchone()
     return (row[0], int(row[1])) if row else None
+
+
+def registered_reader(conn, server_id: int) -> str | None:
+    """The name a binlog reader registered under with `server_id` (SHOW SLAVE HOSTS: native
+    replicas always register, zonesync replicators register under their lease holder name),
+    or None. Readers that never register cannot be seen here. None too when the user may
+    not list them (REPLICATION MASTER ADMIN): the check is then skipped, not failed."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute("SHOW SLAVE HOSTS")
+        except pymysql.err.MySQLError:
+            return None
+        for row in cur.fetchall():
+            if int(row[0]) == server_id:
+                return str(row[1] or "") or f"an unnamed reader (port {row[2]})"
+    return None

@@ -37,9 +37,10 @@ COLUMNS = "lsn, log_file, log_pos, partition_lsns, published_hwm"
 
 
 class CheckpointStore:
-    def __init__(self, meta: MetaConfig, zone: str):
+    def __init__(self, meta: MetaConfig, zone: str, lease=None):
         self.meta = meta
         self.zone = zone
+        self.lease = lease  # a ReplicatorLease: every save renews it in the same transaction
         self._conn = None
 
     def _cur(self):
@@ -53,8 +54,13 @@ class CheckpointStore:
             self._conn = None
 
     def save(self, cp: Checkpoint) -> None:
+        """Insert a checkpoint; with a lease, only while this process still holds it (the
+        renewal and the insert commit together, or neither does: LeaseLost)."""
         try:
             with self._cur() as cur:
+                if self.lease is not None:
+                    self._conn.begin()
+                    self.lease.renew(cur)
                 cur.execute(
                     f"INSERT INTO replicator_checkpoints (zone, {COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s) "
                     "ON DUPLICATE KEY UPDATE log_file = VALUES(log_file), log_pos = VALUES(log_pos), "
@@ -62,6 +68,8 @@ class CheckpointStore:
                     "VALUES(published_hwm))",
                     (self.zone, cp.lsn, cp.log_file, cp.log_pos, json.dumps(cp.partition_lsns), cp.published_hwm),
                 )
+                if self.lease is not None:
+                    self._conn.commit()
         except Exception:
             self.close()
             raise

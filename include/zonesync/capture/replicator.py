@@ -2,9 +2,15 @@
 
 Protocol, one pass of `run()`:
 
+0. Lease: only the holder of the zone's replicator lease reads (lease.py); another
+   process of the same zone waits as a standby and takes over when the holder stops
+   or dies. Every checkpoint is saved in one meta transaction with a lease renewal.
 1. Position: the latest checkpoint in meta, or the zone's current binlog end on
-   first start (saved at once as the chain's start, LSN 0).
-2. Read the binlog from there (file/position resume; one server_id per reader).
+   first start (saved at once as the chain's start, LSN 0). A zone captured before
+   whose checkpoints are gone is refused (start.py): never a silent restart at the end.
+2. Read the binlog from there (file/position resume). The reader registers under the
+   lease holder's name; a server_id another reader already uses is refused, with an
+   alert, rather than cutting that reader off (faults.ServerIdClash).
    A transaction is buffered from its GTID event to its Xid, so every event
    knows its row index and the row count of its transaction.
 3. Loop filter: transactions whose events carry the skip_replication flag
@@ -32,8 +38,10 @@ Protocol, one pass of `run()`:
    fails the request ("needs full copy").
 
 Any error (broker gone, zone restarted, a network cut, a corrupt stream) drops
-the stream and the producer and starts over from step 1: re-published events
-carry the same LSNs and appliers skip what they already have.
+the stream and the producer and starts over from step 0: re-published events
+carry the same LSNs and appliers skip what they already have. Faults a restart
+cannot fix (a purged binlog file, an oversize event, a server_id clash) raise one
+alert each and are retried every few seconds (faults.py).
 """
 
 from __future__ import annotations
@@ -41,16 +49,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
-import msgspec
-import pymysql
 from confluent_kafka import KafkaError, KafkaException, Producer
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from zonesync import transport
-from zonesync.capture.binlog import binlog_end
+from zonesync.capture.binlog import registered_reader
 from zonesync.capture.binlog_stream import LeanBinLogStreamReader
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.capture.event import (
@@ -61,9 +66,21 @@ from zonesync.capture.event import (
     encode_messages,
     file_number,
 )
+from zonesync.capture.faults import (
+    BINLOG_UNREADABLE,
+    RETRY_SECONDS,
+    SERVER_ID_TAKEN,
+    CaptureFault,
+    EventTooLarge,
+    FaultReporter,
+    ServerIdClash,
+)
+from zonesync.capture.lease import DEFAULT_TTL, LeaseLost, ReplicatorLease
 from zonesync.capture.publish import Txn, queue_txn_events
 from zonesync.capture.rows import RowDecoder
-from zonesync.meta import alerts, topics
+from zonesync.capture.source import SourceDB
+from zonesync.capture.start import NoCheckpoint, start_checkpoint
+from zonesync.meta import resends, topics
 from zonesync.meta.db import MetaConfig
 
 log = logging.getLogger("zonesync.replicator")
@@ -71,49 +88,10 @@ SKIP_REPLICATION_FLAG = 0x8000
 # Statements that appear inside a transaction's GTID group without ending it.
 IN_TRANSACTION = ("BEGIN", "SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA ")
 BOOKKEEPING = ("_zs_origin", "_zs_version")
-# ER_MASTER_FATAL_ERROR_READING_BINLOG: the server cannot send the binlog from the requested
-# position (the file was purged or expired, or the position does not exist)
-BINLOG_UNREADABLE = 1236
 
 
 class ReplicatorError(RuntimeError):
     pass
-
-
-class EventTooLarge(ReplicatorError):
-    """One event is larger than the broker takes (seed case S002-12, a huge LOB). It is
-    never truncated and never skipped: nothing is published past it until the limits
-    (the producer's and the broker's message.max.bytes) let it through."""
-
-    def __init__(self, payload: bytes):
-        doc = msgspec.json.decode(payload)[0]
-        self.detail = {"lsn": doc["lsn"], "table": doc["table"], "pk": doc["pk"], "bytes": len(payload)}
-        super().__init__(f"an event of {len(payload)} bytes is over the broker's message limit: {self.detail}")
-
-
-@dataclass
-class SourceDB:
-    host: str
-    port: int
-    user: str
-    password: str
-    schemas: list[str] = field(default_factory=lambda: ["zonesync_app"])
-
-    def settings(self) -> dict:
-        return {"host": self.host, "port": self.port, "user": self.user, "passwd": self.password}
-
-    def connect(self):
-        return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password)
-
-    def master_status(self) -> tuple[str, int]:
-        conn = self.connect()
-        try:
-            end = binlog_end(conn)
-        finally:
-            conn.close()
-        if end is None:
-            raise ReplicatorError(f"binary logging is off on {self.host}:{self.port}: zones need log_bin")
-        return end
 
 
 class Replicator:
@@ -130,6 +108,7 @@ class Replicator:
         resend_poll: float = 0.25,
         topic_of=transport.topic,
         max_linger: float = 0.005,
+        lease_ttl: float = DEFAULT_TTL,
     ):
         self.zone = zone
         self.zone_id = zone_id
@@ -141,127 +120,114 @@ class Replicator:
         self.checkpoint_interval = checkpoint_interval
         self.max_linger = max_linger
         self.resend_poll = resend_poll
-        self.store = CheckpointStore(meta, zone)
+        self.lease = ReplicatorLease(meta, zone, server_id, lease_ttl)
+        self.store = CheckpointStore(meta, zone, lease=self.lease)
+        self.faults = FaultReporter(meta, zone)
         self.topic = topic_of(zone)
         self.stopping = False
-        self.server_id_offset = 0
-        self._alerted: set[tuple[str, str]] = set()  # (kind, key) of alerts already raised
+        self.standby_for: str | None = None  # who holds the lease while this one waits
+        self._renewed = 0.0
         self._last_prune = time.monotonic()
         self.published = 0
-        self._pks: dict[tuple[str, str], list[str]] = {}
         self.rows = RowDecoder()
 
-    # -- helpers -----------------------------------------------------------------
-    def _primary_key(self, schema: str, table: str) -> list[str]:
-        key = (schema, table)
-        if key not in self._pks:
-            conn = self.source.connect()
-            try:
-                with conn.cursor() as cur:
-                    cur.execute(
-                        "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
-                        "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-                        (schema, table),
-                    )
-                    self._pks[key] = [r[0] for r in cur.fetchall()]
-            finally:
-                conn.close()
-        if not self._pks[key]:
-            raise ReplicatorError(f"table {schema}.{table} has no primary key: it cannot be replicated")
-        return self._pks[key]
-
     def _start_checkpoint(self) -> Checkpoint:
-        cp = self.store.latest()
-        if cp is None:
-            log_file, log_pos = self.source.master_status()
-            cp = Checkpoint(self.zone, 0, log_file, log_pos, {}, 0)
-            self.store.save(cp)
-            log.info("replicator %s: first start at %s:%s", self.zone, log_file, log_pos)
-        return cp
+        try:
+            return start_checkpoint(self.store, self.meta, self.zone, self.source.master_status, lease=self.lease)
+        except NoCheckpoint as exc:
+            self.faults.once("no_checkpoint", self.zone, {"error": str(exc)})
+            raise
 
-    def _pending_resends(self) -> list[tuple[int, int, int]]:
-        rows, _ = self.meta.run(
-            "SELECT id, partition_no, from_lsn FROM resend_requests WHERE source_zone = %s "
-            "AND status = 'pending' ORDER BY id",
-            (self.zone,),
-        )
-        return [(int(a), int(b), int(c)) for a, b, c in rows]
+    def _clashing_reader(self) -> str | None:
+        """Another reader registered with our server_id (not a replicator of this zone:
+        while this process holds the lease, those are stale connections of deposed or
+        dead holders, which connecting cuts off as it should)."""
+        conn = self.source.connect()
+        try:
+            other = registered_reader(conn, self.server_id)
+        finally:
+            conn.close()
+        return None if other is None or other.startswith(f"zs:{self.zone}:") else other
 
-    def _finish_requests(self, ids: list[int], status: str, detail: str) -> None:
-        if ids:
-            self.meta.run(
-                f"UPDATE resend_requests SET status = %s, detail = %s, done_at = NOW(6) "
-                f"WHERE id IN ({', '.join(['%s'] * len(ids))})",
-                (status, detail[:500], *ids),
-            )
+    def _hold_lease(self) -> bool:
+        """Step 0: True when this process may read; else it is a standby for now."""
+        try:
+            holder = self.lease.acquire()
+        except Exception as exc:  # noqa: BLE001 - meta unreachable: nobody can hold it now
+            log.warning("replicator %s: cannot reach meta for the lease: %s", self.zone, exc)
+            return False
+        if holder is None:
+            if self.standby_for is not None:
+                log.info("replicator %s: took the lease over from %s", self.zone, self.standby_for)
+            self.standby_for = None
+            self._renewed = time.monotonic()
+            return True
+        if holder != self.standby_for:
+            log.info("replicator %s: standby: %s holds the zone's lease", self.zone, holder)
+        self.standby_for = holder
+        return False
 
     # -- the loop ----------------------------------------------------------------
     def run(self, max_seconds: float | None = None) -> None:
         """Run until stop(); every failure restarts the pass from the checkpoint."""
         deadline = time.monotonic() + max_seconds if max_seconds else None
-        while not self.stopping and (deadline is None or time.monotonic() < deadline):
-            try:
-                self._pass(deadline)
-            except topics.PartitionCountMismatch:
-                raise  # configuration: retrying cannot help
-            except Exception as exc:  # noqa: BLE001 - any failure: rebuild from the checkpoint
-                if self.stopping:
-                    break
-                if getattr(exc, "args", None) and exc.args[0] == BINLOG_UNREADABLE:
-                    self._binlog_unreadable(exc)
-                    time.sleep(5)  # nothing is published until the file is back: never a skip
+        try:
+            while not self.stopping and (deadline is None or time.monotonic() < deadline):
+                if not self._hold_lease():
+                    time.sleep(min(1.0, self.lease.ttl / 4))
                     continue
-                if isinstance(exc, EventTooLarge):
-                    self._alert_once("event_too_large", str(exc.detail["lsn"]), exc.detail)
-                    time.sleep(5)  # nothing is published past it until the limits are raised
-                    continue
-                if getattr(exc, "args", None) and exc.args[0] == 4052:
-                    # The server still holds the dump thread of our previous connection (a killed
-                    # replicator, a dropped stream) and refuses a second reader with its server_id
-                    # until it notices. Read under the next server_id of our series instead.
-                    self.server_id_offset = (self.server_id_offset + 100) % 1600
-                log.warning("replicator %s: %s: restarting from the checkpoint", self.zone, exc)
-                self.store.close()
-                time.sleep(0.5)
+                try:
+                    self._pass(deadline)
+                except (topics.PartitionCountMismatch, NoCheckpoint):
+                    raise  # configuration: retrying cannot help
+                except LeaseLost as exc:
+                    log.warning("replicator %s: %s", self.zone, exc)
+                    self.store.close()
+                except Exception as exc:  # noqa: BLE001 - any failure: rebuild from the checkpoint
+                    if self.stopping:
+                        break
+                    self.store.close()
+                    if self._unfixable_by_restart(exc):
+                        time.sleep(RETRY_SECONDS)  # nothing is published until the cause is gone
+                        continue
+                    log.warning("replicator %s: %s: restarting from the checkpoint", self.zone, exc)
+                    time.sleep(0.5)
+        finally:
+            self.store.close()
+            if self.standby_for is None:
+                self.lease.release()
 
     def stop(self) -> None:
         self.stopping = True
 
-    def _binlog_unreadable(self, exc) -> None:
-        """The server cannot serve the binlog from the checkpoint (seed cases S000-53,
-        S001-08): the file was purged (PURGE BINARY LOGS, the server's own expiry) or the
-        position is gone. Reading on from the oldest file there is would lose every
-        change in between, so the replicator publishes nothing, raises one alert per
-        position, and keeps asking (an operator may restore the file); otherwise the
-        consumers of this zone need a full copy."""
-        try:
-            cp = self.store.latest()
-        except Exception as meta_exc:  # noqa: BLE001 - meta down: the next attempt alerts
-            log.warning("replicator %s: binlog unreadable, meta unreachable: %s", self.zone, meta_exc)
-            return
-        where = f"{cp.log_file}:{cp.log_pos}" if cp else "the zone's first position"
-        detail = {
-            "checkpoint": where,
-            "error": str(exc.args[1] if len(exc.args) > 1 else exc)[:300],
-            "action": "restore the binlog file, or rebuild this zone's consumers with a full copy",
-        }
-        self._alert_once("binlog_unreadable", where, detail)
-
-    def _alert_once(self, kind: str, key: str, detail: dict) -> None:
-        """An alert in meta, once per (kind, key) for this process's life."""
-        if (kind, key) in self._alerted:
-            return
-        try:
-            alerts.record(self.meta, self.zone, kind, detail)
-            self._alerted.add((kind, key))
-        except Exception as alert_exc:  # noqa: BLE001 - meta down: the next attempt alerts again
-            log.warning("replicator %s: could not record the %s alert: %s", self.zone, kind, alert_exc)
+    def _unfixable_by_restart(self, exc: Exception) -> bool:
+        """Faults that a new pass cannot fix: alert once (faults.py), and retry slowly."""
+        code = exc.args[0] if getattr(exc, "args", None) else None
+        if isinstance(exc, CaptureFault):
+            self.faults.fault(exc)
+        elif code == BINLOG_UNREADABLE:
+            try:
+                self.faults.binlog_unreadable(exc, self.store.latest())
+            except Exception as meta_exc:  # noqa: BLE001 - meta down: the next attempt alerts
+                log.warning("replicator %s: binlog unreadable, meta unreachable: %s", self.zone, meta_exc)
+        elif code == SERVER_ID_TAKEN:
+            # Another reader connected with our server_id and the server dropped us for it.
+            # Reconnecting would cut it off in turn: first see whether it registered.
+            other = self._clashing_reader() or "a reader that did not register (SHOW SLAVE HOSTS)"
+            self.faults.fault(ServerIdClash(self.server_id, other))
+        else:
+            return False
+        log.warning("replicator %s: %s: retrying in %.0f s", self.zone, exc, RETRY_SECONDS)
+        return True
 
     def _pass(self, deadline: float | None) -> None:
         resend_ids: list[int] = []
         cp = self._start_checkpoint()
+        other = self._clashing_reader()
+        if other is not None:
+            raise ServerIdClash(self.server_id, other)
         chain_partitions = sorted(cp.partition_lsns)
-        requests = self._pending_resends()
+        requests = resends.pending(self.meta, self.zone)
         retry_partitions: set[int] | None = None
         retry_until = cp.published_hwm
         if requests:
@@ -269,7 +235,9 @@ class Replicator:
             for rid, part, from_lsn in requests:
                 found = self.store.for_resend(part, from_lsn)
                 if found is None:
-                    self._finish_requests([rid], "failed", f"no checkpoint re-reads LSN {from_lsn}: needs full copy")
+                    resends.finish(
+                        self.meta, [rid], "failed", f"no checkpoint re-reads LSN {from_lsn}: needs full copy"
+                    )
                     continue
                 starts.append(found)
                 resend_ids.append(rid)
@@ -322,7 +290,8 @@ class Replicator:
             stream = LeanBinLogStreamReader(
                 row_decoder=self.rows,
                 connection_settings=self.source.settings(),
-                server_id=self.server_id + self.server_id_offset,
+                server_id=self.server_id,
+                report_slave=self.lease.holder,
                 resume_stream=True,
                 log_file=cp.log_file,
                 log_pos=cp.log_pos,
@@ -381,7 +350,7 @@ class Replicator:
                         else DELETE
                     )
                     images = self.rows.images(ev)
-                    pk_cols = self._primary_key(ev.schema, ev.table)
+                    pk_cols = self.source.primary_key(ev.schema, ev.table)
                     txn.events.append((ev.table, pk_cols, op, images, end_pos, getattr(ev, "plain", False)))
                     txn.rows += len(images)
                 elif isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() == "COMMIT"):
@@ -416,6 +385,9 @@ class Replicator:
                 if errors:
                     raise ReplicatorError(f"broker refused events: {errors[0]}")
                 now = time.monotonic()
+                if now - self._renewed >= self.lease.ttl / 3:
+                    self.lease.renew()  # LeaseLost: another process took the zone over
+                    self._renewed = now
                 if pending and (now - pending_since >= self.max_linger or (txn is None and not stream.data_ready())):
                     # Queued events go out when the binlog has nothing more ready, checked
                     # between transactions (after a published one, a skipped applier's one,
@@ -454,7 +426,7 @@ class Replicator:
                     self._flush(producer, pending, produced)
                     if producer.flush(5) == 0 and not errors:
                         self._save_acked(in_flight, acked, errors)
-                        self._finish_requests(resend_ids, "done", f"resent up to LSN {hwm}")
+                        resends.finish(self.meta, resend_ids, "done", f"resent up to LSN {hwm}")
                         resend_ids = []
                         retry_partitions = None
                 if now - self._last_prune >= 60 and txn is None:
@@ -462,7 +434,7 @@ class Replicator:
                     self.store.prune()  # thin the checkpoint history (older ones: one per minute)
                 if now - last_request_poll >= self.resend_poll and txn is None:
                     last_request_poll = now
-                    if self._pending_resends():
+                    if resends.pending(self.meta, self.zone):
                         self._flush(producer, pending, produced)
                         self._drain(producer, in_flight, acked, errors)
                         return  # start a new pass that rewinds for the request
