@@ -225,6 +225,13 @@ def test_lease_expiry_fails_closed_then_recovers(guard_env, meta):
     with pytest.raises(GuardNotSynced, match="writes are refused"):
         with g.transaction() as tx:
             tx.insert("tenants", {"tenant_id": 2, "name": "during"})
+    with pytest.raises(GuardNotSynced, match="writes are refused"):
+        with g.transaction() as tx:
+            assert tx.query("SELECT name FROM tenants WHERE tenant_id = 1") == [("before",)]
+            tx.update("tenants", {"tenant_id": 1}, {"name": "during"})
+    with g.transaction() as tx:  # reads go on (S000-13)
+        assert tx.query("SELECT name FROM tenants WHERE tenant_id = 1") == [("before",)]
+        assert tx.query("SELECT COUNT(*) FROM tenants WHERE tenant_id = 2") == [(0,)]
     proxy.restore()
     deadline = time.monotonic() + 5
     while not g.synced() and time.monotonic() < deadline:

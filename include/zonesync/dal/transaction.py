@@ -72,7 +72,8 @@ class Transaction:
     def __init__(self, guard, conn):
         self.guard = guard
         self.conn = conn
-        guard.require_synced()
+        # Not synced is checked at each write and at commit, not here: reads go on while
+        # meta is unreachable (seed S000-13); only writes fail closed after the lease.
         state = guard.state
         self.started = time.monotonic()
         self.start_version = state.version
@@ -190,7 +191,8 @@ class Transaction:
     def commit(self) -> None:
         """Recheck everything under the shared lock, then COMMIT before releasing it."""
         with self.guard.lock.shared():
-            self.guard.require_synced()
+            if self.touched:
+                self.guard.require_synced()
             elapsed_ms = (time.monotonic() - self.started) * 1000
             if self.touched and self.deadline_ms and elapsed_ms > self.deadline_ms:
                 raise TransactionDeadlineExceeded(elapsed_ms, self.deadline_ms, self.start_version)
