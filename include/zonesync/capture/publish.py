@@ -34,14 +34,22 @@ class Txn:
     # end position, whether the images are plain JSON values)
     events: list[tuple[str, list[str], str, list, int, bool]] = field(default_factory=list)
     rows: int = 0
+    # A large transaction (replicator.py, step 2) is read twice: first only counted
+    # (`counting`, its events dropped as they are read), then streamed with its row count
+    # and commit time known (`total`, `commit_ts`), each rows event queued as it is read.
+    counting: bool = False
+    total: int | None = None
+    commit_ts: int = 0
 
 
 def queue_txn_events(
-    txn: Txn, log_file, commit_ts, source, partition_lsns, hwm, retry_partitions, pending, full
+    txn: Txn, log_file, commit_ts, source, partition_lsns, hwm, retry_partitions, pending, full, first_index=0
 ) -> int:
     """Step 4: one committed transaction's rows as ChangeEvents, queued per partition;
     a queue that reaches MAX_MESSAGE_EVENTS goes to `full(partition, events)` at once.
     `source` is (zone, zone id, partition count); returns the new high-water mark.
+    `txn.rows` is the transaction's row count; a large transaction streamed a rows event
+    at a time passes its total there and the index of the event's first row.
 
     Per row: the primary key, its text and partition, the LSN, the event. What is the
     same for a whole rows event (its table's key columns and partition hash prefix,
@@ -54,7 +62,7 @@ def queue_txn_events(
     count = txn.rows
     (zone, zone_id, partitions), txn_id = source, txn.txn_id
     crc32 = zlib.crc32
-    index = 0
+    index = first_index
     for table, pk_cols, op, images, end_pos, plain in txn.events:
         if type(images) is NativeRows:  # read by the C module: queued by it (native_rows.py)
             chain = [partition_lsns, hwm, retry_partitions, pending]

@@ -11,8 +11,15 @@ Protocol, one pass of `run()`:
 2. Read the binlog from there (file/position resume). The reader registers under the
    lease holder's name; a server_id another reader already uses is refused, with an
    alert, rather than cutting that reader off (faults.ServerIdClash).
-   A transaction is buffered from its GTID event to its Xid, so every event
-   knows its row index and the row count of its transaction.
+   A transaction is buffered from its GTID event to its Xid, so every event knows
+   its row index and the row count of its transaction. One that grows past
+   `large_txn_rows` (seed S002-11: a mass UPDATE) is not buffered: its events are
+   dropped as they are read and only counted, and at its Xid the pass ends (its
+   checkpoint is the commit before it) and the next pass reads it again, queueing
+   each rows event as it is read with the row count and commit time now known, so
+   memory stays bounded by the queues. The binlog holds only committed transactions,
+   so publishing before the Xid is read is safe; the checkpoint still never points
+   inside one, and a crash re-reads it whole.
 3. Loop filter: transactions whose events carry the skip_replication flag
    (0x8000) were written by an applier and are never published. The filter is
    by session, not by the row's _zs_origin: a row last written in zone a,
@@ -81,13 +88,14 @@ from zonesync.capture.rows import RowDecoder
 from zonesync.capture.source import SourceDB
 from zonesync.capture.start import NoCheckpoint, start_checkpoint
 from zonesync.meta import resends, topics
-from zonesync.meta.db import MetaConfig
+from zonesync.meta.db import META_DOWN, MetaConfig
 
 log = logging.getLogger("zonesync.replicator")
 SKIP_REPLICATION_FLAG = 0x8000
 # Statements that appear inside a transaction's GTID group without ending it.
 IN_TRANSACTION = ("BEGIN", "SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA ")
 BOOKKEEPING = ("_zs_origin", "_zs_version")
+META_RETRY = 1.0
 
 
 class ReplicatorError(RuntimeError):
@@ -109,6 +117,7 @@ class Replicator:
         topic_of=transport.topic,
         max_linger: float = 0.005,
         lease_ttl: float = DEFAULT_TTL,
+        large_txn_rows: int = 50_000,
     ):
         self.zone = zone
         self.zone_id = zone_id
@@ -127,6 +136,10 @@ class Replicator:
         self.stopping = False
         self.standby_for: str | None = None  # who holds the lease while this one waits
         self._renewed = 0.0
+        self._meta_retry_at = 0.0  # while meta is unreachable: when to try it again
+        self.large_txn_rows = large_txn_rows
+        self._large_txns: dict[str, tuple[int, int]] = {}  # txn id -> (rows, commit time), counted
+        self.peak_buffered_rows = 0
         self._last_prune = time.monotonic()
         self.published = 0
         self.rows = RowDecoder()
@@ -332,8 +345,10 @@ class Replicator:
                     break
                 log_file = stream.log_file
                 if isinstance(ev, MariadbGtidEvent | GtidEvent):
-                    gtid = getattr(ev, "gtid", None) or f"{log_file}:{ev.packet.log_pos}"
-                    txn = Txn(str(gtid), bool(ev.packet.flags & SKIP_REPLICATION_FLAG))
+                    gtid = str(getattr(ev, "gtid", None) or f"{log_file}:{ev.packet.log_pos}")
+                    txn = Txn(gtid, bool(ev.packet.flags & SKIP_REPLICATION_FLAG))
+                    if gtid in self._large_txns:
+                        txn.total, txn.commit_ts = self._large_txns[gtid]
                 elif isinstance(ev, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     if txn is None:
                         txn = Txn(f"{log_file}:{ev.packet.log_pos}", False)
@@ -351,10 +366,49 @@ class Replicator:
                     )
                     images = self.rows.images(ev)
                     pk_cols = self.source.primary_key(ev.schema, ev.table)
-                    txn.events.append((ev.table, pk_cols, op, images, end_pos, getattr(ev, "plain", False)))
+                    rows_event = (ev.table, pk_cols, op, images, end_pos, getattr(ev, "plain", False))
+                    if txn.total is not None:  # a large transaction's second read: queued now
+                        if not pending:
+                            pending_since = time.monotonic()
+                        hwm = queue_txn_events(
+                            Txn(txn.txn_id, False, [rows_event], txn.total),
+                            log_file,
+                            txn.commit_ts,
+                            (self.zone, self.zone_id, self.partitions),
+                            partition_lsns,
+                            hwm,
+                            retry_partitions,
+                            pending,
+                            full,
+                            first_index=txn.rows,
+                        )
+                    elif not txn.counting:
+                        txn.events.append(rows_event)
+                        if txn.rows + len(images) > self.large_txn_rows:
+                            txn.counting = True  # too large to hold: count it, read it again
+                            txn.events.clear()
+                        else:
+                            self.peak_buffered_rows = max(self.peak_buffered_rows, txn.rows + len(images))
                     txn.rows += len(images)
                 elif isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() == "COMMIT"):
-                    if txn is not None and txn.events and not txn.skip:
+                    if txn is not None and txn.counting:
+                        # Counted, not queued: read it again with its size known. Nothing of it
+                        # was published, and the boundary stays at the commit before it.
+                        self._large_txns[txn.txn_id] = (txn.rows, int(ev.timestamp))
+                        log.info("replicator %s: transaction %s has %d rows: reading it again, streamed",
+                                 self.zone, txn.txn_id, txn.rows)  # fmt: skip
+                        if boundary_dirty:
+                            in_flight.append(self._noted(producer, pending, boundary, partition_lsns, hwm, produced))
+                        self._flush(producer, pending, produced)
+                        self._drain(producer, in_flight, acked, errors)
+                        return
+                    if txn is not None and txn.total is not None:
+                        if txn.rows != txn.total:
+                            raise ReplicatorError(
+                                f"transaction {txn.txn_id} read again has {txn.rows} rows, not {txn.total}"
+                            )
+                        self._large_txns.pop(txn.txn_id, None)
+                    elif txn is not None and txn.events and not txn.skip:
                         if not pending:
                             pending_since = time.monotonic()
                         hwm = queue_txn_events(
@@ -374,7 +428,7 @@ class Replicator:
                 elif (
                     isinstance(ev, QueryEvent)
                     and txn is not None
-                    and not txn.events
+                    and not txn.rows
                     and not ev.query.strip().upper().startswith(IN_TRANSACTION)
                 ):
                     # A DDL is its own GTID group and ends with no Xid: nothing to publish
@@ -385,9 +439,8 @@ class Replicator:
                 if errors:
                     raise ReplicatorError(f"broker refused events: {errors[0]}")
                 now = time.monotonic()
-                if now - self._renewed >= self.lease.ttl / 3:
-                    self.lease.renew()  # LeaseLost: another process took the zone over
-                    self._renewed = now
+                if now - self._renewed >= self.lease.ttl / 3 and self._meta_try(self.lease.renew, default=False):
+                    self._renewed = now  # (LeaseLost goes through: another process took the zone over)
                 if pending and (now - pending_since >= self.max_linger or (txn is None and not stream.data_ready())):
                     # Queued events go out when the binlog has nothing more ready, checked
                     # between transactions (after a published one, a skipped applier's one,
@@ -426,15 +479,16 @@ class Replicator:
                     self._flush(producer, pending, produced)
                     if producer.flush(5) == 0 and not errors:
                         self._save_acked(in_flight, acked, errors)
-                        resends.finish(self.meta, resend_ids, "done", f"resent up to LSN {hwm}")
-                        resend_ids = []
-                        retry_partitions = None
+                        done = f"resent up to LSN {hwm}"
+                        if self._meta_try(resends.finish, self.meta, resend_ids, "done", done, default=False):
+                            resend_ids = []
+                            retry_partitions = None
                 if now - self._last_prune >= 60 and txn is None:
                     self._last_prune = now
-                    self.store.prune()  # thin the checkpoint history (older ones: one per minute)
+                    self._meta_try(self.store.prune)  # thin the history (older ones: one per minute)
                 if now - last_request_poll >= self.resend_poll and txn is None:
                     last_request_poll = now
-                    if resends.pending(self.meta, self.zone):
+                    if self._meta_try(resends.pending, self.meta, self.zone, default=[]):
                         self._flush(producer, pending, produced)
                         self._drain(producer, in_flight, acked, errors)
                         return  # start a new pass that rewinds for the request
@@ -464,8 +518,30 @@ class Replicator:
         newest = None
         while in_flight and all(a >= n for a, n in zip(acked, in_flight[0][1], strict=True)):
             newest = in_flight.popleft()[0]
-        if newest is not None and not errors:
-            self.store.save(newest)
+        if newest is not None and not errors and not self._meta_try(self.store.save, newest, default=False):
+            in_flight.appendleft((newest, [0] * self.partitions))  # saved at the next try
+
+    def _meta_try(self, call, *args, default=None):
+        """A meta call the loop can do without for a while (seed S003-03): with meta
+        unreachable, capture goes on publishing; checkpoints (and lease renewals, resend
+        polls, pruning) are retried every META_RETRY seconds, and a crash meanwhile only
+        means re-publishing from the last saved checkpoint. Returns `call`'s result, True
+        for a call that returns nothing, or `default` while meta is down."""
+        now = time.monotonic()
+        if now < self._meta_retry_at:
+            return default
+        try:
+            result = call(*args)
+        except META_DOWN as exc:
+            if self._meta_retry_at == 0.0:
+                log.warning("replicator %s: meta unreachable, capturing on (%s)", self.zone, exc)
+            self._meta_retry_at = now + META_RETRY
+            self.store.close()
+            return default
+        if self._meta_retry_at:
+            log.info("replicator %s: meta reachable again", self.zone)
+            self._meta_retry_at = 0.0
+        return True if result is None else result
 
     def _drain(self, producer: Producer, in_flight: deque, acked: list[int], errors: list[str]) -> None:
         remaining = producer.flush(5)

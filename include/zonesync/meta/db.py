@@ -31,6 +31,12 @@ class MetaError(RuntimeError):
     """A meta-store problem the user can act on."""
 
 
+# What an unreachable (or briefly unusable) meta store raises: a refused connection, a
+# connection lost mid-statement, a deadlock or lock wait given up. Workers that can go on
+# without meta for a while (capture, apply) retry these later instead of restarting.
+META_DOWN = (MetaError, pymysql.err.OperationalError, pymysql.err.InterfaceError)
+
+
 @dataclass(frozen=True)
 class MetaConfig:
     host: str
