@@ -7,12 +7,13 @@ from __future__ import annotations
 import threading
 import time
 
+import pymysql
 import pytest
 
 from tests.support.events import change_event
 from tests.support.replication import reset_state
 from zonesync.apply.writer import ZoneWriter
-from zonesync.capture.event import INSERT, UPDATE, ChangeEvent
+from zonesync.capture.event import INSERT, UPDATE, ChangeEvent, encode_row
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +47,13 @@ def names(conn) -> dict[int, tuple[str, int]]:
     with conn.cursor() as cur:
         cur.execute("SELECT tenant_id, name, _zs_version FROM zonesync_app.tenants")
         return {t: (n, v) for t, n, v in cur.fetchall()}
+
+
+def image(conn, tenant: int) -> dict:
+    """A target row as an event's image of it."""
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SELECT * FROM zonesync_app.tenants WHERE tenant_id = %s", (tenant,))
+        return encode_row(cur.fetchone())
 
 
 def test_a_table_without_tombstones_or_locks_takes_its_batch(zone_b):
@@ -124,15 +132,23 @@ def test_new_rows_skip_the_read_and_existing_keys_fall_back_to_deciding_row_by_r
         cur.execute(
             "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (3, 'local', 2, 9)"
         )
-    # Row 3 exists: the INSERT fails on it, the transaction is applied again read-first,
-    # and the older insert of 3 is skipped while 4 and the newer 1 land.
-    batch = [event(INSERT, 3, 5), event(INSERT, 4, 1), event(INSERT, 1, 7, name="newer")]
+    # Rows 3 and 1 exist: the INSERT fails on them, the transaction is applied again
+    # read-first: the older insert of 3 is skipped, 4 lands, and so does the replay of 1's
+    # insert with its update (the target has 1 at the insert's version: the rest is new).
+    old1 = image(conn, 1)  # as a's binlog has it: every column
+    newer = {**old1, "name": "newer", "_zs_version": 7}
+    replay = [
+        change_event(lsn=next(_lsn), op=INSERT, table="tenants", pk={"tenant_id": 1}, version=3, new=old1),
+        change_event(lsn=next(_lsn), op=UPDATE, table="tenants", pk={"tenant_id": 1}, version=7, old=old1, new=newer),
+    ]
+    batch = [event(INSERT, 3, 5), event(INSERT, 4, 1), *replay]
     result = writer.apply_many([("a", batch)], [])
-    assert (result.applied, result.skipped, result.new_rows) == (2, 1, 0)
+    assert (result.applied, result.skipped, result.new_rows) == (3, 1, 0)
     assert names(conn) == {1: ("newer", 7), 2: ("from a", 3), 3: ("local", 9), 4: ("from a", 1)}
     result = writer.apply_many([("a", [event(INSERT, 3, 10, name="newest"), event(INSERT, 5, 1)])], [])
-    assert (result.applied, result.skipped) == (2, 0)
-    assert names(conn)[3] == ("newest", 10), "a newer insert of an existing row still lands"
+    assert (result.applied, result.skipped) == (1, 1)
+    assert names(conn)[3] == ("local", 9), "a newer insert of another row with the key is no update of it"
+    assert [pk for _, _, pk, _ in result.locked] == ["[3]"], "it locks the row (S004-36)"
 
 
 def test_a_tombstone_written_after_the_writer_last_looked_still_stops_a_new_row(zone_b):
@@ -167,9 +183,11 @@ def test_a_batch_of_only_inserts_is_not_merged_unless_a_key_repeats(zone_b):
     result = writer.apply_many([("a", twice)], [])
     assert (result.applied, result.new_rows) == (3, 0)
     assert names(conn)[3] == ("second", 2) and names(conn)[4] == ("from a", 1)
+    # two sources inserting one key are two rows (S004-36): the first lands, the second is
+    # skipped when older, and locks the row when newer, never an update of the other's row
     both = [("a", [event(INSERT, 5, 3, name="a's")]), ("c", [event(INSERT, 5, 7, name="c's")])]
     result = writer.apply_many(both, [])
-    assert names(conn)[5] == ("c's", 7), "the newer version wins, whichever source came first"
+    assert names(conn)[5] == ("a's", 3) and [pk for _, _, pk, _ in result.locked] == ["[5]"]
     both = [("a", [event(INSERT, 6, 9, name="a's")]), ("c", [event(INSERT, 6, 7, name="c's")])]
-    writer.apply_many(both, [])
-    assert names(conn)[6] == ("a's", 9)
+    result = writer.apply_many(both, [])
+    assert names(conn)[6] == ("a's", 9) and result.locked == []

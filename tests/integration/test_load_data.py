@@ -57,6 +57,7 @@ def target(zones):
         cur.execute(f"DROP TABLE IF EXISTS zonesync_app.{TABLE}")
         cur.execute(DDL)
         cur.execute("DELETE FROM zonesync.tombstones WHERE table_name = %s", (TABLE,))
+        cur.execute("DELETE FROM zonesync.row_locks WHERE table_name = %s", (TABLE,))
         cur.execute("DELETE FROM zonesync.apply_state")  # the batch's chain starts after LSN 0
     writer = ZoneWriter("127.0.0.1", inst.port, "root", "", "zonesync_app")
     try:
@@ -66,6 +67,7 @@ def target(zones):
         with conn.cursor() as cur:
             cur.execute("SET GLOBAL local_infile = 1")
             cur.execute(f"DROP TABLE IF EXISTS zonesync_app.{TABLE}")
+            cur.execute("DELETE FROM zonesync.row_locks WHERE table_name = %s", (TABLE,))
             cur.execute("DELETE FROM zonesync.apply_state")
         conn.close()
 
@@ -99,16 +101,21 @@ def test_new_rows_load_exactly_their_values_and_keep_the_skip_flag(target):
 
 
 def test_an_existing_key_is_decided_by_version_not_skipped(target):
+    """LOCAL would skip an existing key with a warning; the writer decides it row by row, as
+    the INSERT's fallback does: by version, and never over another row (S004-36)."""
     _, conn, writer = target
     with conn.cursor() as cur:
-        cur.execute(f"INSERT INTO zonesync_app.{TABLE} (id, v, _zs_origin, _zs_version) VALUES (2, 'old', 1, 1)")
+        cur.execute(f"INSERT INTO zonesync_app.{TABLE} (id, v, _zs_origin, _zs_version) VALUES (2, 'other', 2, 1)")
         cur.execute(f"INSERT INTO zonesync_app.{TABLE} (id, v, _zs_origin, _zs_version) VALUES (3, 'newer', 1, 9)")
-    rows = [row(1), row(2), row(3), row(4)]
+        cur.execute(f"INSERT INTO zonesync_app.{TABLE} (id, v, _zs_origin, _zs_version) VALUES (5, 'same', 1, 5)")
+    rows = [row(1), row(2), row(3), row(4), row(5)]
     result = writer.apply_many([("a", inserts(rows))], [])
-    assert (result.applied, result.skipped, result.new_rows) == (3, 1, 0), "rolled back, decided row by row"
+    assert (result.applied, result.skipped, result.new_rows) == (2, 3, 0), "rolled back, decided row by row"
+    assert [(t, pk) for _, t, pk, _ in result.locked] == [(TABLE, "[2]")]
     got = stored(conn)
-    assert got[2] == rows[1], "an older row is overwritten, as the INSERT's fallback does"
+    assert got[2]["v"] == "other", "an older row of another entity is locked, never overwritten"
     assert got[3]["v"] == "newer", "a newer row stays"
+    assert got[5]["v"] == "same", "the same row (origin and version): a replay, skipped"
     assert got[1] == rows[0] and got[4] == rows[3]
 
 

@@ -324,6 +324,62 @@ def test_decide(change, target, tomb, locked, expect):
     assert decide(change, target, tomb, locked).kind == expect
 
 
+def stamped(origin, v, name="n", pk=1):
+    return {"id": pk, "name": name, "_zs_origin": origin, "_zs_version": v}
+
+
+_INSERT = ev(1, 0, "insert", new=stamped(1, 10))
+_UPDATED = ev(2, 1, "update", old=stamped(1, 10), new=stamped(1, 20, "u"))
+_UPDATED_AGAIN = ev(3, 2, "update", old=stamped(1, 20, "u"), new=stamped(1, 30, "w"))
+
+
+@pytest.mark.parametrize(
+    "events, target, tomb, expect",
+    [
+        # S004-36 (a): another entity's row with the key, older than the insert: locked, never overwritten
+        ((_INSERT,), stamped(2, 5, "other"), None, LOCK),
+        ((_INSERT,), stamped(1, 5, "other"), None, LOCK),  # same origin, older: a different row all the same
+        ((_INSERT,), stamped(3, 10, "other"), None, LOCK),  # as new as the insert, another origin
+        ((_INSERT, _UPDATED), stamped(2, 5, "other"), None, LOCK),  # merged with its update: the same
+        ((_INSERT, ev(2, 1, "delete", old=stamped(1, 10), version=11)), stamped(2, 5), None, LOCK),
+        # (b) a replayed insert: the target has this row (origin and version): skipped, no lock
+        ((_INSERT,), stamped(1, 10), None, SKIP),
+        ((_INSERT, _UPDATED), stamped(1, 20, "u"), None, SKIP),
+        # (c) the target has a later version of the row: skipped (so is a newer unrelated row: see decide.py)
+        ((_INSERT,), stamped(1, 20, "u"), None, SKIP),
+        ((_INSERT,), stamped(2, 25, "moved to b, updated there"), None, SKIP),
+        ((_INSERT, _UPDATED), stamped(1, 30, "w"), None, SKIP),
+        # the replay's rest is new to the target: it lands from the version the target has
+        ((_INSERT, _UPDATED), stamped(1, 10), None, UPSERT),
+        ((_INSERT, _UPDATED, _UPDATED_AGAIN), stamped(1, 20, "u"), None, UPSERT),
+        ((_INSERT, ev(2, 1, "delete", old=stamped(1, 10), version=11)), stamped(1, 10), None, DELETE_ROW),
+        # ... unless the target was changed behind the applier at that version, or is no version of it
+        ((_INSERT, _UPDATED), stamped(1, 10, "tampered"), None, LOCK),
+        ((_INSERT, _UPDATED, _UPDATED_AGAIN), stamped(2, 25, "other"), None, LOCK),
+        # an update's old image that is another zone's write the source had applied: still this row
+        ((_INSERT, ev(2, 1, "update", old=stamped(2, 15, "b"), new=stamped(1, 20))), stamped(2, 15, "b"), None,
+         UPSERT),
+        # (d) delete, then insert again: the key is free (a tombstone older than the insert), or the
+        # merged delete + insert is checked by the deleted row
+        ((ev(3, 2, "insert", new=stamped(1, 40)),), None, 31, UPSERT),
+        ((ev(3, 2, "insert", new=stamped(1, 40)),), None, 41, SKIP),
+        ((ev(2, 1, "delete", old=stamped(1, 30), version=31), ev(3, 2, "insert", new=stamped(1, 40))),
+         stamped(1, 30), None, UPSERT),
+        ((ev(2, 1, "delete", old=stamped(1, 30), version=31), ev(3, 2, "insert", new=stamped(1, 40))),
+         stamped(2, 30, "other"), None, LOCK),
+        # a copy's row after an update (no creation: the first event is an update): version only
+        ((ev(1, 0, "update", old=stamped(1, 10), new=stamped(1, 20)), ev(2, 1, "insert", new=stamped(1, 30))),
+         stamped(2, 5, "other"), None, UPSERT),
+    ],
+)  # fmt: skip
+def test_an_insert_meeting_a_row_is_an_update_only_of_its_own_row(events, target, tomb, expect):
+    """S004-36: decide.py, "Inserts meeting a row"."""
+    action = decide(one(*events), target, tomb, False)
+    assert action.kind == expect, action.reason
+    if expect == LOCK and events[0].op == "insert" and target.get("name") != "tampered":
+        assert "insert meets another row with this key" in action.reason
+
+
 def test_continuity_skips_duplicates_accepts_successors_and_stops_at_gaps():
     e = [ev(10, 0, "insert", new=row(1)), ev(20, 10, "insert", new=row(1)), ev(30, 20, "insert", new=row(1))]
     chain = [(x, i) for i, x in enumerate(e)]

@@ -29,6 +29,12 @@ Protocol:
    are idle. A small round (a quiet stream: a few events) waits for the
    rounds in flight, then is one transaction on one connection: one commit,
    no hand-off to threads. With table weights, rounds do not overlap.
+   A unique-key conflict that the writer's serial retry could not place
+   (writer.py, "Unique keys") commits the rest and restarts the pass; while a
+   partition stays stopped at such an event, every round is applied whole on
+   one connection (both sides of a unique value's move in one serial
+   transaction), and after `unique_conflict_timeout` seconds at the same event
+   the partition halts with an alert: two rows hold the value for good.
 5. Lag per (source, partition) goes to meta every second; `zonesync lag`.
 
 Any error (zone down, broker gone) drops the consumer and the connections and
@@ -47,7 +53,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from zonesync import transport
 from zonesync.apply.continuity import PartitionState, filter_chain
-from zonesync.apply.writer import TableMissing, ZoneWriter
+from zonesync.apply.writer import TableMissing, UniqueConflict, ZoneWriter
 from zonesync.capture.event import ChangeEvent, EventError, decode_message
 from zonesync.meta import alerts, topics
 from zonesync.meta.db import MetaConfig
@@ -73,6 +79,7 @@ class Applier:
         tombstone_horizon_s: float = 7 * 86400,
         table_weights: dict[str, int] | None = None,
         rounds_in_flight: int = 2,
+        unique_conflict_timeout: float = 30.0,
     ):
         self.zone = zone
         self.sources = sources
@@ -89,6 +96,8 @@ class Applier:
         self.tombstone_horizon_s = tombstone_horizon_s
         self.table_weights = dict(table_weights or {})
         self.rounds_in_flight = max(1, rounds_in_flight)
+        self.unique_conflict_timeout = unique_conflict_timeout
+        self._unique_stops: dict[tuple[str, int], tuple[int, float]] = {}  # partition -> (LSN, since)
         self._count_lock = threading.Lock()
         self._last_gc = 0.0
         self._source_of_topic = {topic_of(s): s for s in sources}
@@ -142,6 +151,9 @@ class Applier:
             except TableMissing as exc:  # retrying cannot help either: those partitions halt
                 self._close_writers()
                 self._halt_table_missing(exc)
+            except UniqueConflict as exc:  # the rest committed: retried serially, halted if it stays
+                self._close_writers()
+                self._unique_conflict(exc)
             except Exception as exc:  # noqa: BLE001 - any failure: re-read state and start over
                 if self.stopping:
                     break
@@ -306,6 +318,7 @@ class Applier:
             for key, chain in share:
                 self.state[key].applied_lsn = chain[-1][0].lsn
         small = sum(len(chain) for share in shares for _, chain in share) <= self.small_round
+        small = small or bool(self._unique_stops)  # one connection, one serial order (writer.py)
         weights = self.table_weights
         if (small or weights) and in_flight:
             self._reap(in_flight, keep=0)  # the round below runs outside the lanes' order
@@ -351,6 +364,8 @@ class Applier:
                 last_event, last_offset = chain[-1]
                 self._offsets[key] = last_offset
                 self._last_commit_ts[key] = last_event.commit_ts
+                if key in self._unique_stops and last_event.lsn >= self._unique_stops[key][0]:
+                    del self._unique_stops[key]  # its stopped event is applied
 
     def _apply_levels(self, shares: list[list], lanes=None) -> None:
         """Apply shares to their commit: level by level (one level without weights),
@@ -467,6 +482,33 @@ class Applier:
             self.alert(
                 "partition_halted", {"source": source, "partition": partition, "table": exc.table, "detail": detail}
             )
+
+    def _unique_conflict(self, exc: UniqueConflict) -> None:
+        """What the writer committed is counted and its locks alerted; each stopped partition
+        is retried (the pass restarts from apply_state) until its event stays stopped for
+        `unique_conflict_timeout` seconds: then it halts with an alert."""
+        with self._count_lock:
+            self.applied += exc.result.applied
+        for source, table, pk, reason in exc.result.locked:
+            self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
+        now = time.monotonic()
+        for source, partition, lsn, detail in exc.blocked:
+            key = (source, partition)
+            stop = self._unique_stops.get(key)
+            since = stop[1] if stop and stop[0] == lsn else now
+            if now - since < self.unique_conflict_timeout:
+                self._unique_stops[key] = (lsn, since)
+                log.warning("applier %s: %s: retrying serially", self.zone, detail)
+                continue
+            self._unique_stops.pop(key, None)
+            detail = (
+                f"{detail}: still in conflict after {self.unique_conflict_timeout:g} s; another row holds the value "
+                f"in the target: change or remove it, then `zonesync resume --zone {self.zone} --source {source} "
+                f"--partition {partition}`"
+            )
+            self._writer().halt(source, partition, detail)
+            self.alert("partition_halted", {"source": source, "partition": partition, "lsn": lsn, "detail": detail})
+        time.sleep(0.1)
 
     def _report_lag(self, consumer) -> None:
         rows = []

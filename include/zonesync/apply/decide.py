@@ -7,12 +7,49 @@ put the right way round):
   the tombstone's when the row is gone) is a replay or is older: skip it. Never
   lock on it: the target being newer is not a mismatch (a zone can receive the
   new owner's write before the old owner's last ones).
-- A change that starts with an insert needs no old-row check: it lands (as an
-  upsert) when newer.
 - A change that starts with an update or delete carries the old row: it lands
   only when the target row is exactly that old row. Otherwise the row was
   changed behind the applier's back, or a change was lost: lock it, skip it,
   and say why.
+- A change that starts with an insert lands when the key is free (no row, and
+  no tombstone at its version or newer). When the key is taken, see "Inserts
+  meeting a row" below: never an update of another entity's row.
+- The merges that end in the newer row only (update + insert, delete + update:
+  a copy's row meeting the stream, merge.py) carry no old row and were no
+  creation: version-guarded, no check.
+
+Inserts meeting a row (seed 004 6.3, S004-36: an `INSERT … ON DUPLICATE KEY
+UPDATE` turned two unrelated rows with the same id into one). An insert creates
+a row: its image's (_zs_origin, _zs_version) names that creation, and every later
+version of the same row has a greater version (the guard's updates write
+GREATEST(version + 1, now); a re-insert after a delete outranks the tombstone).
+What a row is, is what the events of this change carry: the insert's image and
+the old and new images of the events merged after it (an old image may be
+another zone's write the source had applied). Against a target row T:
+
+1. T's (origin, version) is one of those images: T is this row. A replay (the
+   applier forgot its position, a resend): T's version is at or above the
+   change's, skip. Otherwise the rest of the change is new to T, and lands when T
+   is exactly that image (else T was changed behind the applier's back: lock, as
+   an update's old-row mismatch).
+2. T is newer than the insert and than everything the change carries: skip.
+   This is a later version of the row (the insert's updates already landed: a
+   replay), or an unrelated row that is newer; from the target alone the two
+   cannot be told apart, and skipping writes nothing over either. An unrelated
+   newer row is caught where the older one lives: the zone holding the other row
+   receives T's insert (older than T, not T's lineage: case 3) or, if that row
+   was updated past T's version meanwhile, T's zone receives the update whose old
+   image T is not (a lock there).
+3. Anything else locks the row (data lock, the same as an old-row mismatch):
+   T is older than the insert (an unrelated row, whatever its version: the
+   version guard alone would overwrite it), or as new as it with another origin,
+   or between the insert and the change's last version without being one of its
+   images (not a state of this row the source built on). The row keeps T; the
+   change and later ones are held until `zonesync locks resolve`.
+
+A re-insert after a delete meets no row (the delete went first: same partition,
+in order), or, merged with its delete (delete + insert), is checked as the delete
+is: by the deleted row's old image.
 """
 
 from __future__ import annotations
@@ -42,6 +79,8 @@ def decide(change: NetChange, target: dict | None, tombstone_version: int | None
     """`target` is the encoded target row (None when absent)."""
     if locked:
         return _LOCKED
+    if target is not None and change.first_event.op == INSERT:
+        return _insert_meets_row(change, target)
     if target is not None and int(target.get("_zs_version") or 0) >= change.version:
         return _NOT_NEWER
     if target is None and tombstone_version is not None and tombstone_version >= change.version:
@@ -52,6 +91,49 @@ def decide(change: NetChange, target: dict | None, tombstone_version: int | None
     if target is None:
         return Action(LOCK, f"{change.first_op} of a row that is not in the target")
     if target != change.old:
-        diff = sorted(k for k in set(target) | set(change.old or {}) if target.get(k) != (change.old or {}).get(k))
-        return Action(LOCK, f"{change.first_op}: target row differs from the event's old row in {', '.join(diff)}")
+        diff = _diff(target, change.old)
+        return Action(LOCK, f"{change.first_op}: target row differs from the event's old row in {diff}")
     return final
+
+
+def _insert_meets_row(change: NetChange, target: dict) -> Action:
+    """An insert (possibly merged with later events) whose key the target already has: see
+    "Inserts meeting a row" above."""
+    origin, version = _stamp(target)
+    image = _image_at(change, origin, version)
+    if image is not None:  # 1. this row
+        if version >= change.version:
+            return _NOT_NEWER
+        if target != image:
+            diff = _diff(target, image)
+            return Action(LOCK, f"insert: target row differs from this row's version {version} in {diff}")
+        return _PLAIN[UPSERT if change.new is not None else DELETE_ROW]
+    inserted_by, inserted_at = _stamp(change.first_event.new)
+    if version > inserted_at and version >= change.version:  # 2. newer than all the change carries
+        return _NOT_NEWER
+    return Action(  # 3. another entity's row (or one the source never built on)
+        LOCK,
+        f"insert meets another row with this key: the target's (origin {origin}, version {version}) is not a "
+        f"version of the inserted row (origin {inserted_by}, version {inserted_at}"
+        + (f", last version {change.version})" if change.version != inserted_at else ")"),
+    )
+
+
+def _stamp(row: dict) -> tuple[int, int]:
+    return int(row.get("_zs_origin") or 0), int(row.get("_zs_version") or 0)
+
+
+def _image_at(change: NetChange, origin: int, version: int) -> dict | None:
+    """The image of the change's row that carries this (origin, version), if any."""
+    images = [change.first_event.new]
+    for e in change.later or ():
+        images += (e.old, e.new)
+    for image in images:
+        if image is not None and _stamp(image) == (origin, version):
+            return image
+    return None
+
+
+def _diff(a: dict, b: dict | None) -> str:
+    b = b or {}
+    return ", ".join(sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))

@@ -42,6 +42,9 @@ class NetChange:
     version: int  # version of the last event
     events: int
     first_event: ChangeEvent
+    # the events after the first (None for a lone event, most rows): their images tell what
+    # versions of this row the change carries (decide.py, an insert meeting a row)
+    later: list[ChangeEvent] | None = None
 
 
 # update + insert, delete + update: the newer row, version-guarded (no old row to check)
@@ -74,4 +77,8 @@ def merge(events: list[ChangeEvent]) -> list[NetChange]:
             cur.new = None if e.op == DELETE else e.new
             cur.version = e.version
             cur.events += 1
+            if cur.later is None:
+                cur.later = [e]
+            else:
+                cur.later.append(e)
     return list(out.values())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+import pymysql
+
 from zonesync.apply.literals import row_tuples
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -43,6 +45,21 @@ def send(cur, statements: list[str]) -> None:
     cur.execute(";\n".join(statements))
     while cur.nextset():
         pass
+    statements.clear()
+
+
+def send_numbered(cur, statements: list[str]) -> None:
+    """send(), and an error names the statement that failed: `error.statement` is its
+    index (the server runs a request's statements in order and stops at the first error)."""
+    done = 0
+    try:
+        cur.execute(";\n".join(statements))
+        done = 1
+        while cur.nextset():
+            done += 1
+    except pymysql.err.Error as exc:
+        exc.statement = done
+        raise
     statements.clear()
 
 

@@ -8,8 +8,9 @@ source's replicator never publishes what we write: no loops):
    (looked up only when the table has any). New rows skip the read: see
    "New rows" below;
 3. decide per row (decide.py): upsert, delete + tombstone, tombstone, skip, lock;
-4. write: multi-row upserts carrying the event's _zs_origin and _zs_version,
-   deletes, tombstones, new locks (and count events held by old locks);
+4. write: deletes, multi-row upserts of rows the target has and INSERTs of rows
+   it lacks, carrying the event's _zs_origin and _zs_version, tombstones, new
+   locks (and count events held by old locks);
 5. record the batch's last LSN and Kafka offset in zonesync.apply_state;
 6. commit.
 
@@ -42,11 +43,42 @@ source's primary key), and a repeated one fails the INSERT like any other.
 Where it can, the INSERT is a LOAD DATA LOCAL sent from memory, checked to
 load every row without a warning (load_data.py): the same outcomes, at about
 two thirds of the target's CPU.
+
+Rows the target has are upserted; rows it lacks are INSERTed, never upserted:
+MySQL's ON DUPLICATE KEY UPDATE takes whichever unique key conflicts, so an
+upsert of a new key whose unique value another row holds would rewrite that
+other row into this one (its primary key included). Deletes go first, then the
+updates, then the inserts: a value freed by a delete or an update is free
+before a new row takes it.
+
+Unique keys (S003-22). A unique secondary value that moves between rows (X.u
+5 -> 6, then Y.u = 5) meets itself twice when the moves are applied out of the
+source's order: merged per key (X 5 -> 9 -> 6 and Y 6 -> 5 become two one-step
+changes), or on different workers (X and Y in different partitions; one
+worker's share reaches Y before the other's commits X). A duplicate key on the
+read-first path is therefore applied again serially: every event of the batch
+one by one, unmerged, in source order (a source's in LSN order, across its
+partitions; sources interleaved by commit time, each one's order kept), each
+decided against what the ones before it left, in one transaction. If an event
+still meets a unique value another row holds, its partition stops there: the
+transaction is rolled back and built again without that partition's events
+from that one on, so everything else commits, with that partition's position
+just before it (its Kafka offset left where it was: its messages are read
+again, and what was applied is skipped by LSN). Then UniqueConflict is raised,
+carrying what was applied and the stopped partitions; the applier applies its
+next rounds whole on one connection (both sides of a move made on different
+workers are then in one serial transaction), and halts a partition whose event
+stays in conflict (applier.py). Never dropped, never a data lock: the row that
+holds the value is not this change's row, and locking either would not free it.
+A duplicate primary key in serial order (a local insert of the key since the
+read) is the race of any insert: the attempt is made again, reading first.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
+import logging
 from dataclasses import dataclass, field
 
 import pymysql
@@ -56,8 +88,19 @@ from zonesync.apply import load_data
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
 from zonesync.apply.literals import literal_function
 from zonesync.apply.merge import NetChange, merge
-from zonesync.apply.statements import ApplyError, inserts, key_condition, q, result_sets, send, upserts
+from zonesync.apply.statements import (
+    ApplyError,
+    inserts,
+    key_condition,
+    q,
+    result_sets,
+    send,
+    send_numbered,
+    upserts,
+)
 from zonesync.capture.event import INSERT, ChangeEvent, decode_row, encode_row, pk_text
+
+log = logging.getLogger("zonesync.writer")
 
 
 class StalePosition(ApplyError):
@@ -77,6 +120,24 @@ class TableMissing(ApplyError):
 class _NotAllNew(Exception):
     """The new-rows INSERT met an existing key, or the table has tombstones or locked
     rows after all: roll back and apply the batch the read-first way."""
+
+
+class _Duplicate(Exception):
+    """A statement of a serial attempt met a duplicate key: the event it was written for."""
+
+    def __init__(self, source: str, event: ChangeEvent, error: pymysql.err.IntegrityError):
+        super().__init__(str(error))
+        self.source, self.event, self.error = source, event, error
+
+
+class UniqueConflict(ApplyError):
+    """Serial apply in source order left events in conflict on a unique key (see "Unique
+    keys" above). Everything else of the batch is committed: `result` counts it; each of
+    `blocked` (source zone, partition, LSN, detail) stopped just before that event."""
+
+    def __init__(self, result: BatchResult, blocked: list[tuple[str, int, int, str]]):
+        super().__init__("; ".join(detail for *_, detail in blocked))
+        self.result, self.blocked = result, blocked
 
 
 @dataclass
@@ -149,19 +210,23 @@ class ZoneWriter:
         them): a crash in between re-applies those rows, and their versions make that
         a no-op. A deadlock or lock-wait timeout retries the whole transaction.
         """
-        read_first = False
+        read_first = serial = False
         for attempt in range(7):
             conn = self.connect()
             try:
+                if serial:
+                    return self._apply_serial(conn, changes, positions)
                 return self._apply(conn, changes, positions, read_first)  # commits (its last statement)
             except _NotAllNew:
                 self._rollback(conn)
                 read_first = True
             except pymysql.err.IntegrityError as exc:
                 self._rollback(conn)
-                if exc.args[0] != 1062 or read_first:
+                if exc.args[0] != 1062 or serial:
                     raise
-                read_first = True  # the new-rows INSERT met an existing key
+                # the new-rows INSERT met an existing key: read first; a read-first write met a
+                # unique value twice: one event at a time, in source order ("Unique keys" above)
+                serial, read_first = read_first, True
             except pymysql.err.OperationalError as exc:
                 self._rollback(conn)
                 if exc.args[0] in load_data.DISABLED_ERRORS and self._load:
@@ -216,32 +281,30 @@ class ZoneWriter:
                     send(cur, writes)
                     writes = self._apply_table(cur, lit, source_zone, table, net, result, read_first)
             if positions:
-                writes.append(
-                    "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) VALUES "
-                    + ", ".join(f"({lit(s)}, {int(p)}, {int(lsn)}, {int(off)})" for s, p, lsn, off, _ in positions)
-                    + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)"
-                )
+                writes.append(_positions(lit, [position[:4] for position in positions]))
             writes.append("COMMIT")
             send(cur, writes)
         return result
 
-    def _claim(self, cur, lit, positions) -> None:
+    def _claim(self, cur, lit, positions) -> dict[tuple[str, int], int]:
         """Lock the batch's apply_state rows; StalePosition unless each stands where its
-        chain starts (a missing row counts as LSN 0)."""
+        chain starts (a missing row counts as LSN 0). Returns their Kafka offsets."""
         if not positions:
-            return
+            return {}
         keys = ", ".join(f"({lit(s)}, {int(p)})" for s, p, *_ in positions)
         cur.execute(
-            "SELECT source_zone, partition_no, applied_lsn FROM zonesync.apply_state "
+            "SELECT source_zone, partition_no, applied_lsn, kafka_offset FROM zonesync.apply_state "
             f"WHERE (source_zone, partition_no) IN ({keys}) FOR UPDATE"
         )
-        at = {(s, int(p)): int(lsn) for s, p, lsn in cur.fetchall()}
+        rows = cur.fetchall()
+        at = {(s, int(p)): int(lsn) for s, p, lsn, _ in rows}
         for s, p, _, _, start in positions:
             if at.get((s, int(p)), 0) != start:
                 raise StalePosition(
                     f"apply_state of {s} partition {p} is at LSN {at.get((s, int(p)), 0)}, this batch starts after "
                     f"{start}: another applier moved it; the batch is not applied"
                 )
+        return {(s, int(p)): int(offset) for s, p, _, offset in rows}
 
     def ensure_positions(self, keys: list[tuple[str, int]]) -> None:
         """An apply_state row for every (source zone, partition), at LSN 0 where there was
@@ -317,7 +380,8 @@ class ZoneWriter:
             self._marked.discard(table)
 
         writes: list[str] = []
-        to_upsert: list[dict] = []
+        to_update: list[dict] = []  # rows the target has
+        to_insert: list[dict] = []  # rows it lacks: INSERTed, never upserted ("Rows the target has" above)
         deletes: list[tuple] = []
         new_tombstones: list[tuple[str, int]] = []
         name = lit(table)
@@ -327,25 +391,16 @@ class ZoneWriter:
             if action.kind == SKIP:
                 result.skipped += change.events
                 if change.pk_text in locks:
-                    writes.append(
-                        f"UPDATE zonesync.row_locks SET held_events = held_events + {change.events} "
-                        f"WHERE table_name = {name} AND pk = {lit(change.pk_text)}"
-                    )
+                    writes.append(_held(lit, name, change))
                 continue
             if action.kind == LOCK:
                 result.locked.append((source_zone, table, change.pk_text, action.reason))
-                # the first event is the one that locked the row; merged later ones are held
-                writes.append(
-                    "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event, held_events) VALUES "
-                    f"({name}, {lit(change.pk_text)}, {lit(action.reason[:500])}, "
-                    f"{lit(_ascii_json(change.first_event))}, {change.events - 1}) "
-                    f"ON DUPLICATE KEY UPDATE held_events = held_events + {change.events}"
-                )
+                writes.append(_lock(lit, name, change, action.reason))
                 result.skipped += change.events
                 continue
             result.applied += change.events
             if action.kind == UPSERT:
-                to_upsert.append(decode_row(change.new))
+                (to_insert if target is None else to_update).append(decode_row(change.new))
             elif action.kind == DELETE_ROW:
                 deletes.append(key)
                 new_tombstones.append((change.pk_text, change.version))
@@ -355,15 +410,121 @@ class ZoneWriter:
         # that took them there are written (seed 003: delete X, then insert Y with X's value).
         if deletes:
             writes.append(f"DELETE FROM {q(table)} WHERE {key_condition(lit, pk_cols, deletes)}")
-        if to_upsert:
-            writes += upserts(lit, table, to_upsert)
+        if to_update:
+            writes += upserts(lit, table, to_update)
+        if to_insert:
+            writes += inserts(lit, table, to_insert)
         if new_tombstones:
-            writes.append(
-                "INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES "
-                + ", ".join(f"({name}, {lit(text)}, {int(version)})" for text, version in new_tombstones)
-                + " ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version)), deleted_at = NOW(6)"
-            )
+            writes.append(_tombstones(lit, name, new_tombstones))
         return writes
+
+    def _apply_serial(self, conn, changes, positions) -> BatchResult:
+        """The batch one event at a time, in source order (see "Unique keys" above): the
+        result, or UniqueConflict once the rest is committed."""
+        stops: dict[tuple[str, int], tuple[int, str]] = {}  # (source, partition) -> (LSN, why)
+        races = 0
+        while True:
+            try:
+                result = self._serial_attempt(conn, changes, positions, stops)
+            except _Duplicate as dup:
+                self._rollback(conn)
+                e, message = dup.event, str(dup.error.args[1] if len(dup.error.args) > 1 else dup.error)
+                if "PRIMARY'" in message:  # a local insert of the key since the read: read again
+                    races += 1
+                    if races > 3:
+                        raise dup.error from None
+                    continue
+                source = dup.source
+                stops[(source, e.partition)] = (
+                    e.lsn,
+                    f"unique key conflict in {e.table}: {message}, writing {e.op} of {pk_text(e.pk)} (source "
+                    f"{source}, partition {e.partition}, LSN {e.lsn}), in source order",
+                )
+                continue
+            if stops:
+                for why in stops.values():
+                    log.warning("%s: that partition stopped before it, the rest of the batch committed", why[1])
+                raise UniqueConflict(result, [(s, p, lsn, why) for (s, p), (lsn, why) in stops.items()])
+            return result
+
+    def _serial_attempt(self, conn, changes, positions, stops) -> BatchResult:
+        """One transaction of the batch's events in source order, but for the partitions
+        stopped at an event (from that event on); _Duplicate names the event whose write met
+        a duplicate key (rolled back by the caller)."""
+        result = BatchResult()
+        lit = literal_function(conn)
+        order = _source_order(changes, stops)
+        with conn.cursor() as cur:
+            offsets = self._claim(cur, lit, positions)
+            by_table: dict[str, list[NetChange]] = {}
+            for _, e in order:
+                by_table.setdefault(e.table, []).append(_lone(e))
+            # per (table, pk text): [target row, tombstone version, locked], as the events before leave it
+            rows: dict[tuple[str, str], list] = {}
+            pks: dict[str, list[str]] = {}
+            for table, lone in by_table.items():
+                pk_cols = pks[table] = self._keyed_by_primary_key(table, lone)
+                unique = list({c.pk_text: c for c in lone}.values())
+                keys = [tuple([decode_row(c.pk)[k] for k in pk_cols]) for c in unique]
+                texts = [c.pk_text for c in unique]
+                targets, tombstones, locks, _ = self._read(cur, lit, table, pk_cols, keys, texts, [])
+                for text in texts:
+                    rows[(table, text)] = [targets.get(text), tombstones.get(text), text in locks]
+            writes: list[str] = []
+            owners: list[tuple[str, ChangeEvent]] = []  # the event each write is for
+            last: dict[tuple[str, int], int] = {}  # the last LSN taken per stopped partition
+            lone_of = {table: iter(lone) for table, lone in by_table.items()}
+            for source, e in order:
+                change = next(lone_of[e.table])
+                if (source, e.partition) in stops:
+                    last[(source, e.partition)] = e.lsn
+                state = rows[(e.table, change.pk_text)]
+                target = state[0]
+                action = decide(change, target, state[1], state[2])
+                name = lit(e.table)
+                event_writes: list[str] = []
+                if action.kind in (SKIP, LOCK):
+                    result.skipped += 1
+                    if state[2]:
+                        event_writes.append(_held(lit, name, change))
+                    elif action.kind == LOCK:
+                        result.locked.append((source, e.table, change.pk_text, action.reason))
+                        event_writes.append(_lock(lit, name, change, action.reason))
+                        state[2] = True
+                else:
+                    result.applied += 1
+                    if action.kind == UPSERT:
+                        row = [decode_row(change.new)]
+                        event_writes += upserts(lit, e.table, row) if target is not None else inserts(lit, e.table, row)
+                        state[0] = change.new
+                    else:  # a delete (of the row, or a tombstone only)
+                        if action.kind == DELETE_ROW:
+                            key = [tuple([decode_row(change.pk)[k] for k in pks[e.table]])]
+                            where = key_condition(lit, pks[e.table], key)
+                            event_writes.append(f"DELETE FROM {q(e.table)} WHERE {where}")
+                        event_writes.append(_tombstones(lit, name, [(change.pk_text, change.version)]))
+                        state[0], state[1] = None, max(state[1] or 0, change.version)
+                writes += event_writes
+                owners += [(source, e)] * len(event_writes)
+            recorded = []
+            for s, p, lsn, offset, _ in positions:
+                if (s, p) in stops:  # just before its stop, its messages read again (the old offset)
+                    if (s, p) not in last:
+                        continue
+                    lsn, offset = last[(s, p)], offsets.get((s, p), -1)
+                recorded.append((s, p, lsn, offset))
+            if recorded:
+                writes.append(_positions(lit, recorded))
+            writes.append("COMMIT")
+            try:
+                send_numbered(cur, writes)
+            except pymysql.err.IntegrityError as exc:
+                at = getattr(exc, "statement", len(owners))
+                if exc.args[0] != 1062 or at >= len(owners):
+                    raise
+                source, e = owners[at]
+                raise _Duplicate(source, e, exc) from exc
+        return result
 
     def _read(self, cur, lit, table, pk_cols, keys, texts, first: list[str], loaded: int = 0):
         """The target rows (locked FOR UPDATE), their tombstones' versions, the held
@@ -459,6 +620,60 @@ class ZoneWriter:
                 (source_zone, partition, detail[:500]),
             )
         conn.commit()
+
+
+def _positions(lit, positions) -> str:
+    """Record (source zone, partition, applied LSN, Kafka offset) in apply_state."""
+    return (
+        "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) VALUES "
+        + ", ".join(f"({lit(s)}, {int(p)}, {int(lsn)}, {int(off)})" for s, p, lsn, off in positions)
+        + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)"
+    )
+
+
+def _held(lit, name: str, change: NetChange) -> str:
+    """Count a locked row's change as held."""
+    return (
+        f"UPDATE zonesync.row_locks SET held_events = held_events + {change.events} "
+        f"WHERE table_name = {name} AND pk = {lit(change.pk_text)}"
+    )
+
+
+def _lock(lit, name: str, change: NetChange, reason: str) -> str:
+    """Lock a row: the first event is the one that locked it; merged later ones are held."""
+    return (
+        "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event, held_events) VALUES "
+        f"({name}, {lit(change.pk_text)}, {lit(reason[:500])}, {lit(_ascii_json(change.first_event))}, "
+        f"{change.events - 1}) ON DUPLICATE KEY UPDATE held_events = held_events + {change.events}"
+    )
+
+
+def _tombstones(lit, name: str, tombstones: list[tuple[str, int]]) -> str:
+    return (
+        "INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES "
+        + ", ".join(f"({name}, {lit(text)}, {int(version)})" for text, version in tombstones)
+        + " ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version)), deleted_at = NOW(6)"
+    )
+
+
+def _lone(e: ChangeEvent) -> NetChange:
+    """One event as a change of its own (serial apply: nothing merged)."""
+    return merge([e])[0]
+
+
+def _source_order(changes, stops) -> list[tuple[str, ChangeEvent]]:
+    """(source zone, event) for every event of the batch, in source order: a source's in
+    LSN order (its binlog's, across its partitions), sources interleaved by commit time
+    with each one's own order kept; a stopped partition's events from its stop on left out."""
+    chains: dict[str, list] = {}
+    for source, events in changes:
+        chains.setdefault(source, []).append([(source, e) for e in events])
+    streams = [heapq.merge(*lists, key=lambda item: item[1].lsn) for lists in chains.values()]
+    return [
+        (source, e)
+        for source, e in heapq.merge(*streams, key=lambda item: item[1].commit_ts)
+        if (source, e.partition) not in stops or e.lsn < stops[(source, e.partition)][0]
+    ]
 
 
 def _ascii_json(event: ChangeEvent) -> str:
