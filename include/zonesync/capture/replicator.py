@@ -55,9 +55,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 
-from confluent_kafka import KafkaError, KafkaException, Producer
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -65,12 +63,12 @@ from zonesync import transport
 from zonesync.capture.binlog import registered_reader
 from zonesync.capture.binlog_stream import LeanBinLogStreamReader
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
+from zonesync.capture.delivery import Delivery
 from zonesync.capture.event import (
     DELETE,
     INSERT,
     UPDATE,
     ChangeEvent,
-    encode_messages,
     file_number,
 )
 from zonesync.capture.faults import (
@@ -78,7 +76,6 @@ from zonesync.capture.faults import (
     RETRY_SECONDS,
     SERVER_ID_TAKEN,
     CaptureFault,
-    EventTooLarge,
     FaultReporter,
     ServerIdClash,
 )
@@ -141,7 +138,8 @@ class Replicator:
         self._large_txns: dict[str, tuple[int, int]] = {}  # txn id -> (rows, commit time), counted
         self.peak_buffered_rows = 0
         self._last_prune = time.monotonic()
-        self.published = 0
+        self._published_before = 0
+        self._delivery: Delivery | None = None
         self.rows = RowDecoder()
 
     def _start_checkpoint(self) -> Checkpoint:
@@ -267,35 +265,11 @@ class Replicator:
                 )
         partition_lsns = dict(cp.partition_lsns)
         hwm = max(cp.published_hwm, retry_until)
-        errors: list[str] = []
-        # Delivery accounting per partition: the broker acks a partition's messages in the
-        # order they were produced (idempotent producer), so "acked[p] >= produced[p] at
-        # checkpoint C, for every p" proves that everything up to C is stored.
-        produced = [0] * self.partitions
-        acked = [0] * self.partitions
         pending: dict[int, list[ChangeEvent]] = {}  # events read, not yet produced, per partition
         pending_since = 0.0
-
-        def full(partition: int, events: list[ChangeEvent]) -> None:  # a queue reached its size
-            produced[partition] += self._produce(producer, events, partition)
-
-        def on_delivery(err, msg):
-            if err is not None:
-                errors.append(str(err))
-            else:
-                acked[msg.partition()] += 1
-
         bootstrap_used = self.bootstrap()
-
-        def on_error(err):
-            if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._FATAL):
-                errors.append(f"broker connection: {err}")
-
-        # The delivery report callback is the producer's (not one per produce() call: that
-        # allocates a holder per message, a fifth of the produce call's cost).
-        producer = Producer(
-            {**transport.producer_config(bootstrap_used), "error_cb": on_error, "on_delivery": on_delivery}
-        )
+        delivery = self._delivery = Delivery(bootstrap_used, self.topic, self.partitions)
+        producer, full = delivery.producer, delivery.produce
         try:
             # the topic's partition count, as the broker has it, then as meta recorded it
             topics.check_broker(producer, [self.topic], self.partitions)
@@ -332,8 +306,6 @@ class Replicator:
         except Exception:
             producer.flush(5)
             raise
-        # Checkpoints in flight: (checkpoint, produced counts when it was taken), oldest first.
-        in_flight: deque[tuple[Checkpoint, list[int]]] = deque()
         boundary: tuple[str, int] | None = None  # position after the last commit read
         boundary_dirty = False
         try:
@@ -398,9 +370,8 @@ class Replicator:
                         log.info("replicator %s: transaction %s has %d rows: reading it again, streamed",
                                  self.zone, txn.txn_id, txn.rows)  # fmt: skip
                         if boundary_dirty:
-                            in_flight.append(self._noted(producer, pending, boundary, partition_lsns, hwm, produced))
-                        self._flush(producer, pending, produced)
-                        self._drain(producer, in_flight, acked, errors)
+                            delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm))
+                        self._drain(pending)
                         return
                     if txn is not None and txn.total is not None:
                         if txn.rows != txn.total:
@@ -436,8 +407,8 @@ class Replicator:
                     txn = None
                     boundary = (log_file, ev.packet.log_pos)
                     boundary_dirty = True
-                if errors:
-                    raise ReplicatorError(f"broker refused events: {errors[0]}")
+                if delivery.errors:
+                    delivery.check()
                 now = time.monotonic()
                 if now - self._renewed >= self.lease.ttl / 3 and self._meta_try(self.lease.renew, default=False):
                     self._renewed = now  # (LeaseLost goes through: another process took the zone over)
@@ -447,7 +418,7 @@ class Replicator:
                     # a DDL, a heartbeat), or once they waited max_linger whatever is read:
                     # a transaction still being read is queued only at its commit, so
                     # sending what is queued before it keeps each partition's order.
-                    self._flush(producer, pending, produced)
+                    delivery.flush(pending)
                 idle = isinstance(ev, HeartbeatLogEvent)
                 if idle and self.bootstrap() != bootstrap_used:
                     raise ReplicatorError("the broker moved (new bootstrap): reconnecting")
@@ -467,18 +438,18 @@ class Replicator:
                     boundary_dirty = True
                 if boundary_dirty and (idle or now - last_cp_time >= self.checkpoint_interval):
                     # take a checkpoint at the last commit; it is saved once the broker acked it
-                    in_flight.append(self._noted(producer, pending, boundary, partition_lsns, hwm, produced))
+                    delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm))
                     boundary_dirty = False
                     last_cp_time = now
-                if in_flight and txn is None:  # (between transactions: once per transaction, not per event)
+                if delivery.in_flight and txn is None:  # (between transactions: not per event)
                     producer.poll(0)
-                    self._save_acked(in_flight, acked, errors)
+                    self._save_acked()
                 if resend_ids and hwm >= retry_until and not boundary_dirty:
                     # everything up to the old high-water mark was re-published: once the
                     # broker acked it, the resend is served
-                    self._flush(producer, pending, produced)
-                    if producer.flush(5) == 0 and not errors:
-                        self._save_acked(in_flight, acked, errors)
+                    delivery.flush(pending)
+                    if producer.flush(5) == 0 and not delivery.errors:
+                        self._save_acked()
                         done = f"resent up to LSN {hwm}"
                         if self._meta_try(resends.finish, self.meta, resend_ids, "done", done, default=False):
                             resend_ids = []
@@ -489,37 +460,38 @@ class Replicator:
                 if now - last_request_poll >= self.resend_poll and txn is None:
                     last_request_poll = now
                     if self._meta_try(resends.pending, self.meta, self.zone, default=[]):
-                        self._flush(producer, pending, produced)
-                        self._drain(producer, in_flight, acked, errors)
+                        self._drain(pending)
                         return  # start a new pass that rewinds for the request
             if boundary_dirty:
-                in_flight.append(self._noted(producer, pending, boundary, partition_lsns, hwm, produced))
-            self._flush(producer, pending, produced)
-            self._drain(producer, in_flight, acked, errors)
+                delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm))
+            self._drain(pending)
         finally:
             stream.close()
             producer.flush(10)
+            self._published_before += delivery.published
+            self._delivery = None
 
-    def _flush(self, producer: Producer, pending: dict, produced: list[int]) -> None:
-        """Every partition's queued events, one message per partition."""
-        for partition, events in pending.items():
-            produced[partition] += self._produce(producer, events, partition)
-        pending.clear()
-
-    def _noted(self, producer, pending, boundary, partition_lsns, hwm, produced) -> tuple[Checkpoint, list[int]]:
-        """A checkpoint at `boundary`, with how many messages each partition had been given
-        (everything read up to it is produced first: a checkpoint never covers queued events)."""
-        self._flush(producer, pending, produced)
+    def _checkpoint(self, boundary, partition_lsns, hwm) -> Checkpoint:
+        """A checkpoint at `boundary` (the position after the last commit read)."""
         lsn = max(partition_lsns.values(), default=0)
-        return Checkpoint(self.zone, lsn, boundary[0], boundary[1], dict(partition_lsns), hwm), list(produced)
+        return Checkpoint(self.zone, lsn, boundary[0], boundary[1], dict(partition_lsns), hwm)
 
-    def _save_acked(self, in_flight: deque, acked: list[int], errors: list[str]) -> None:
+    def _save_acked(self) -> None:
         """Step 5: save the newest checkpoint the broker acked everything up to."""
-        newest = None
-        while in_flight and all(a >= n for a, n in zip(acked, in_flight[0][1], strict=True)):
-            newest = in_flight.popleft()[0]
-        if newest is not None and not errors and not self._meta_try(self.store.save, newest, default=False):
-            in_flight.appendleft((newest, [0] * self.partitions))  # saved at the next try
+        newest = self._delivery.acked_checkpoint()
+        if newest is not None and not self._meta_try(self.store.save, newest, default=False):
+            self._delivery.retry_later(newest)
+
+    def _drain(self, pending: dict) -> None:
+        """End of a pass: produce what is queued, wait for every ack, save what they allow."""
+        self._delivery.flush(pending)
+        self._delivery.drain()
+        self._save_acked()
+
+    @property
+    def published(self) -> int:
+        """Events produced by this replicator, over all its passes."""
+        return self._published_before + (self._delivery.published if self._delivery else 0)
 
     def _meta_try(self, call, *args, default=None):
         """A meta call the loop can do without for a while (seed S003-03): with meta
@@ -542,29 +514,3 @@ class Replicator:
             log.info("replicator %s: meta reachable again", self.zone)
             self._meta_retry_at = 0.0
         return True if result is None else result
-
-    def _drain(self, producer: Producer, in_flight: deque, acked: list[int], errors: list[str]) -> None:
-        remaining = producer.flush(5)
-        if remaining or errors:
-            raise ReplicatorError(f"broker did not ack {remaining} events ({errors[:1]}): checkpoint not advanced")
-        self._save_acked(in_flight, acked, errors)
-
-    def _produce(self, producer: Producer, events: list[ChangeEvent], partition: int) -> int:
-        """Produce a partition's events, in order; returns how many messages that took."""
-        payloads = encode_messages(events)
-        for payload in payloads:
-            # No key: the partition is chosen here (transport.partition_of, per row), and a
-            # message holds many rows.
-            while True:
-                try:
-                    producer.produce(self.topic, value=payload, partition=partition)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-                except KafkaException as exc:
-                    err = exc.args[0] if exc.args else None
-                    if isinstance(err, KafkaError) and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-                        raise EventTooLarge(payload) from exc
-                    raise ReplicatorError(f"produce failed: {exc}") from exc
-        self.published += len(events)
-        return len(payloads)
