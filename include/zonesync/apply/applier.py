@@ -56,7 +56,8 @@ from zonesync.apply.continuity import PartitionState, filter_chain
 from zonesync.apply.writer import TableMissing, UniqueConflict, ZoneWriter
 from zonesync.capture.event import ChangeEvent, EventError, decode_message
 from zonesync.meta import alerts, topics
-from zonesync.meta.db import MetaConfig
+from zonesync.meta.db import META_DOWN, MetaConfig
+from zonesync.meta.outage import MetaOutage
 
 log = logging.getLogger("zonesync.applier")
 
@@ -109,10 +110,25 @@ class Applier:
         self._last_commit_ts: dict[tuple[str, int], int] = {}
         self._offsets: dict[tuple[str, int], int] = {}
         self._per_message: dict[tuple[str, int], int] = {}  # events in the last message read
+        self.meta_outage = MetaOutage(f"applier {zone}", log)
+        self._unsent_alerts: list[tuple[str, dict]] = []
+        self._topics_confirmed = False  # meta confirmed the partition counts once
 
     # -- meta side -----------------------------------------------------------
+    # Meta unreachable (seed S003-03): apply goes on. apply_state lives in the target zone,
+    # with the rows; lag, resend requests and alerts wait for meta (alerts are kept and sent
+    # once it answers), and the partition counts checked at a pass's start are the ones it
+    # last confirmed.
     def alert(self, kind: str, detail: dict) -> None:
-        alerts.record(self.meta, self.zone, kind, detail)
+        if not self.meta_outage.call(alerts.record, self.meta, self.zone, kind, detail, default=False):
+            self._unsent_alerts.append((kind, detail))
+
+    def _send_alerts(self) -> None:
+        while self._unsent_alerts and not self.meta_outage.down:
+            kind, detail = self._unsent_alerts[0]
+            if not self.meta_outage.call(alerts.record, self.meta, self.zone, kind, detail, default=False):
+                return
+            self._unsent_alerts.pop(0)
 
     def _request_resend(self, source: str, partition: int, from_lsn: int) -> int:
         _, request_id = self.meta.run(
@@ -191,7 +207,12 @@ class Applier:
         try:
             # the topics' partition count, as the broker has it, then as meta recorded it
             topics.check_broker(consumer, [self.topic_of(s) for s in self.sources], self.partitions)
-            topics.check(self.meta, self.sources, self.partitions)
+            try:
+                topics.check(self.meta, self.sources, self.partitions)
+                self._topics_confirmed = True
+            except META_DOWN:
+                if not self._topics_confirmed:
+                    raise
         except BaseException:
             consumer.close()
             raise
@@ -260,6 +281,7 @@ class Applier:
                         raise RuntimeError("the broker moved (new bootstrap): reconnecting")
                     self._check_resumed()
                     self._report_lag(consumer)
+                    self._send_alerts()
                     if now - self._last_gc >= 60:
                         self._last_gc = now
                         self._writer().gc_tombstones(self.tombstone_horizon_s)
@@ -424,22 +446,26 @@ class Applier:
                 gap[1] if gap else "?",
             )
         if st.request_id is None:
-            st.request_id = self._request_resend(source, partition, st.applied_lsn)
+            st.request_id = self.meta_outage.call(self._request_resend, source, partition, st.applied_lsn)
+            if st.request_id is None:
+                return  # meta is down: asked again at the next round
             st.resend_attempts = 1
             st.last_request = now
             return
         if now - st.last_request < self.resend_timeout:
             return
-        status, detail = self._request_status(st.request_id)
+        status, detail = self.meta_outage.call(self._request_status, st.request_id, default=("pending", ""))
         if status == "failed":
             self._halt(consumer, key, f"resend from LSN {st.applied_lsn} impossible: {detail}")
         elif status == "done":
             if st.resend_attempts >= self.max_resends:
                 self._halt(consumer, key, f"gap after LSN {st.applied_lsn} not repaired by {self.max_resends} resends")
                 return
-            st.request_id = self._request_resend(source, partition, st.applied_lsn)
-            st.resend_attempts += 1
-            st.last_request = now
+            request_id = self.meta_outage.call(self._request_resend, source, partition, st.applied_lsn)
+            if request_id is not None:
+                st.request_id = request_id
+                st.resend_attempts += 1
+                st.last_request = now
         else:
             st.last_request = now  # still pending: keep waiting
 
@@ -529,8 +555,10 @@ class Applier:
             last_ts = self._last_commit_ts.get((source, partition))
             seconds = 0.0 if behind == 0 or last_ts is None else max(0.0, now - last_ts)
             rows.append((source, self.zone, partition, st.applied_lsn, behind, seconds))
-        if not rows:
-            return
+        if rows:
+            self.meta_outage.call(self._write_lag, rows)
+
+    def _write_lag(self, rows: list[tuple]) -> None:
         conn = self.meta.connect()
         try:
             with conn.cursor() as cur:

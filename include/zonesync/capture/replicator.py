@@ -85,14 +85,14 @@ from zonesync.capture.rows import RowDecoder
 from zonesync.capture.source import SourceDB
 from zonesync.capture.start import NoCheckpoint, start_checkpoint
 from zonesync.meta import resends, topics
-from zonesync.meta.db import META_DOWN, MetaConfig
+from zonesync.meta.db import MetaConfig
+from zonesync.meta.outage import MetaOutage
 
 log = logging.getLogger("zonesync.replicator")
 SKIP_REPLICATION_FLAG = 0x8000
 # Statements that appear inside a transaction's GTID group without ending it.
 IN_TRANSACTION = ("BEGIN", "SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA ")
 BOOKKEEPING = ("_zs_origin", "_zs_version")
-META_RETRY = 1.0
 
 
 class ReplicatorError(RuntimeError):
@@ -133,7 +133,9 @@ class Replicator:
         self.stopping = False
         self.standby_for: str | None = None  # who holds the lease while this one waits
         self._renewed = 0.0
-        self._meta_retry_at = 0.0  # while meta is unreachable: when to try it again
+        # meta unreachable (seed S003-03): capture goes on; checkpoints, lease renewals,
+        # resend polls and pruning are retried every second (meta/outage.py)
+        self.meta_outage = MetaOutage(f"replicator {zone}", log, on_failure=self.store.close)
         self.large_txn_rows = large_txn_rows
         self._large_txns: dict[str, tuple[int, int]] = {}  # txn id -> (rows, commit time), counted
         self.peak_buffered_rows = 0
@@ -410,7 +412,7 @@ class Replicator:
                 if delivery.errors:
                     delivery.check()
                 now = time.monotonic()
-                if now - self._renewed >= self.lease.ttl / 3 and self._meta_try(self.lease.renew, default=False):
+                if now - self._renewed >= self.lease.ttl / 3 and self.meta_outage.call(self.lease.renew, default=False):
                     self._renewed = now  # (LeaseLost goes through: another process took the zone over)
                 if pending and (now - pending_since >= self.max_linger or (txn is None and not stream.data_ready())):
                     # Queued events go out when the binlog has nothing more ready, checked
@@ -451,15 +453,15 @@ class Replicator:
                     if producer.flush(5) == 0 and not delivery.errors:
                         self._save_acked()
                         done = f"resent up to LSN {hwm}"
-                        if self._meta_try(resends.finish, self.meta, resend_ids, "done", done, default=False):
+                        if self.meta_outage.call(resends.finish, self.meta, resend_ids, "done", done, default=False):
                             resend_ids = []
                             retry_partitions = None
                 if now - self._last_prune >= 60 and txn is None:
                     self._last_prune = now
-                    self._meta_try(self.store.prune)  # thin the history (older ones: one per minute)
+                    self.meta_outage.call(self.store.prune)  # thin the history (older ones: one per minute)
                 if now - last_request_poll >= self.resend_poll and txn is None:
                     last_request_poll = now
-                    if self._meta_try(resends.pending, self.meta, self.zone, default=[]):
+                    if self.meta_outage.call(resends.pending, self.meta, self.zone, default=[]):
                         self._drain(pending)
                         return  # start a new pass that rewinds for the request
             if boundary_dirty:
@@ -479,7 +481,7 @@ class Replicator:
     def _save_acked(self) -> None:
         """Step 5: save the newest checkpoint the broker acked everything up to."""
         newest = self._delivery.acked_checkpoint()
-        if newest is not None and not self._meta_try(self.store.save, newest, default=False):
+        if newest is not None and not self.meta_outage.call(self.store.save, newest, default=False):
             self._delivery.retry_later(newest)
 
     def _drain(self, pending: dict) -> None:
@@ -492,25 +494,3 @@ class Replicator:
     def published(self) -> int:
         """Events produced by this replicator, over all its passes."""
         return self._published_before + (self._delivery.published if self._delivery else 0)
-
-    def _meta_try(self, call, *args, default=None):
-        """A meta call the loop can do without for a while (seed S003-03): with meta
-        unreachable, capture goes on publishing; checkpoints (and lease renewals, resend
-        polls, pruning) are retried every META_RETRY seconds, and a crash meanwhile only
-        means re-publishing from the last saved checkpoint. Returns `call`'s result, True
-        for a call that returns nothing, or `default` while meta is down."""
-        now = time.monotonic()
-        if now < self._meta_retry_at:
-            return default
-        try:
-            result = call(*args)
-        except META_DOWN as exc:
-            if self._meta_retry_at == 0.0:
-                log.warning("replicator %s: meta unreachable, capturing on (%s)", self.zone, exc)
-            self._meta_retry_at = now + META_RETRY
-            self.store.close()
-            return default
-        if self._meta_retry_at:
-            log.info("replicator %s: meta reachable again", self.zone)
-            self._meta_retry_at = 0.0
-        return True if result is None else result
