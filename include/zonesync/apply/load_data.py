@@ -5,7 +5,7 @@ tab-separated text. For the same 200k rows the target spent 0.50 s of CPU instea
 of 0.71-0.84 s, and a bulk catch-up went from about 100k to 116k rows/s on this
 machine (the target is one of the three processes sharing its two cores).
 
-The rows go as the writer's "new rows" statement (writer.py), with the same
+The rows go as the writer's "new rows" statement (new_rows.py), with the same
 meaning as the plain INSERT they replace, which LOAD DATA LOCAL does not give by
 itself and which the writer therefore checks:
 

@@ -2,7 +2,7 @@
 resolving a lock releases the events it held.
 
 A manual lock is a row of `zonesync.row_locks` like the ones the applier writes on a
-mismatch (writer.py): the applier sees it the same way, skips every later change of the
+mismatch (data_locks.py): the applier sees it the same way, skips every later change of the
 row and counts it as held, `zonesync locks list` shows it. What the applier cannot know
 is where holding started, so `add` records it: in one transaction with the lock row, it
 locks the apply_state rows of the row's partition in every source zone (the applier

@@ -1,0 +1,91 @@
+"""zonesync.apply_state: where each (source zone, partition) stands in the target.
+
+The position is written in the same transaction as the rows it covers (record),
+so a crash leaves either the batch and its position or neither, and a restart
+re-applies from the recorded position (the version checks make any overlap a
+no-op).
+
+The claim. Each transaction first locks its partitions' apply_state rows FOR
+UPDATE and checks that each still stands where the batch's chain starts (the
+first event's prev_lsn). An applier that paused (SIGSTOP, a long GC, a hung
+host) while another took over its partitions would otherwise commit a stale
+batch and move the position back: its check fails (StalePosition), its
+transaction rolls back, and its pass restarts from what apply_state says now
+(seed case S003-36). The rows exist from the pass's start (ensure), so the lock
+always has a row to hold; manual locks (locks.py) take the same row locks, so
+no batch is half-way while one is added or resolved.
+"""
+
+from __future__ import annotations
+
+from zonesync.apply.statements import ApplyError
+
+
+class StalePosition(ApplyError):
+    """A partition's apply_state is not where this batch's chain starts: another applier
+    moved it. Nothing of the batch is written; the pass restarts from apply_state."""
+
+
+def claim(cur, lit, positions) -> dict[tuple[str, int], int]:
+    """Lock the batch's apply_state rows; StalePosition unless each stands where its
+    chain starts (a missing row counts as LSN 0). Returns their Kafka offsets."""
+    if not positions:
+        return {}
+    keys = ", ".join(f"({lit(s)}, {int(p)})" for s, p, *_ in positions)
+    cur.execute(
+        "SELECT source_zone, partition_no, applied_lsn, kafka_offset FROM zonesync.apply_state "
+        f"WHERE (source_zone, partition_no) IN ({keys}) FOR UPDATE"
+    )
+    rows = cur.fetchall()
+    at = {(s, int(p)): int(lsn) for s, p, lsn, _ in rows}
+    for s, p, _, _, start in positions:
+        if at.get((s, int(p)), 0) != start:
+            raise StalePosition(
+                f"apply_state of {s} partition {p} is at LSN {at.get((s, int(p)), 0)}, this batch starts after "
+                f"{start}: another applier moved it; the batch is not applied"
+            )
+    return {(s, int(p)): int(offset) for s, p, _, offset in rows}
+
+
+def record(lit, positions) -> str:
+    """The statement that records (source zone, partition, applied LSN, Kafka offset), sent
+    with the batch's writes and ahead of its COMMIT."""
+    return (
+        "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) VALUES "
+        + ", ".join(f"({lit(s)}, {int(p)}, {int(lsn)}, {int(off)})" for s, p, lsn, off in positions)
+        + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)"
+    )
+
+
+def ensure(conn, keys: list[tuple[str, int]]) -> None:
+    """An apply_state row for every (source zone, partition), at LSN 0 where there was
+    none: the claim locks a row that is always there."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT IGNORE INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) "
+            "VALUES (%s, %s, 0, -1)",
+            keys,
+        )
+    conn.commit()
+
+
+def read(conn) -> dict[tuple[str, int], tuple[int, int, str]]:
+    """(source zone, partition) -> (applied LSN, Kafka offset, status)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT source_zone, partition_no, applied_lsn, kafka_offset, status FROM zonesync.apply_state")
+        rows = cur.fetchall()
+    conn.commit()
+    return {(s, int(p)): (int(lsn), int(off), st) for s, p, lsn, off, st in rows}
+
+
+def halt(conn, source_zone: str, partition: int, detail: str) -> None:
+    """Mark the partition halted, with why: the status lives beside the position, so a
+    restarted applier leaves the partition halted too."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset, status, "
+            "detail) VALUES (%s, %s, 0, -1, 'halted', %s) ON DUPLICATE KEY UPDATE status = 'halted', "
+            "detail = VALUES(detail)",
+            (source_zone, partition, detail[:500]),
+        )
+    conn.commit()

@@ -1,0 +1,217 @@
+"""Unique-key conflicts (S003-22): the batch again, one event at a time, in source order.
+
+A unique secondary value that moves between rows (X.u 5 -> 6, then Y.u = 5)
+meets itself twice when the moves are applied out of the source's order: merged
+per key (X 5 -> 9 -> 6 and Y 6 -> 5 become two one-step changes), or on different
+workers (X and Y in different partitions; one worker's share reaches Y before the
+other's commits X). A duplicate key on the read-first path is therefore applied
+again serially (writer.py sends it here):
+
+1. order: every event of the batch, unmerged, in source order (a source's in LSN
+   order, across its partitions; sources interleaved by commit time, each one's
+   order kept): source_order;
+2. claim the positions and read the target rows of every key once (apply_state.py,
+   target_rows.py);
+3. decide each event against what the ones before it left, tracking the row, its
+   tombstone and its lock per key, and write it (one transaction; each statement
+   remembers the event it was written for);
+4. record the positions and commit, in one numbered request: a duplicate key names
+   the statement, hence the event (_Duplicate).
+
+Failure cases:
+
+- An event still meets a unique value another row holds: its partition stops
+  there. The transaction is rolled back and built again without that partition's
+  events from that one on, so everything else commits, with that partition's
+  position just before it (its Kafka offset left where it was: its messages are
+  read again, and what was applied is skipped by LSN). Then UniqueConflict is
+  raised, carrying what was applied and the stopped partitions; the applier
+  applies its next rounds whole on one connection (both sides of a move made on
+  different workers are then in one serial transaction), and halts a partition
+  whose event stays in conflict (applier.py). Never dropped, never a data lock:
+  the row that holds the value is not this change's row, and locking either would
+  not free it.
+- A duplicate primary key in serial order (a local insert of the key since the
+  read) is the race of any insert: the attempt is made again, reading first (three
+  times at most, then the error is raised).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from typing import TYPE_CHECKING
+
+import pymysql
+
+from zonesync.apply import apply_state, data_locks, target_rows, tombstones
+from zonesync.apply.batch_result import BatchResult
+from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, UPSERT, decide
+from zonesync.apply.literals import literal_function
+from zonesync.apply.merge import NetChange, merge
+from zonesync.apply.statements import ApplyError, inserts, key_condition, q, send_numbered, upserts
+from zonesync.capture.event import ChangeEvent, decode_row, pk_text
+
+if TYPE_CHECKING:
+    from zonesync.apply.writer import ZoneWriter
+
+log = logging.getLogger("zonesync.writer")
+
+
+class UniqueConflict(ApplyError):
+    """Serial apply in source order left events in conflict on a unique key (see above).
+    Everything else of the batch is committed: `result` counts it; each of `blocked`
+    (source zone, partition, LSN, detail) stopped just before that event."""
+
+    def __init__(self, result: BatchResult, blocked: list[tuple[str, int, int, str]]):
+        super().__init__("; ".join(detail for *_, detail in blocked))
+        self.result, self.blocked = result, blocked
+
+
+class _Duplicate(Exception):
+    """A statement of a serial attempt met a duplicate key: the event it was written for."""
+
+    def __init__(self, source: str, event: ChangeEvent, error: pymysql.err.IntegrityError):
+        super().__init__(str(error))
+        self.source, self.event, self.error = source, event, error
+
+
+def apply_serial(writer: ZoneWriter, conn, changes, positions) -> BatchResult:
+    """The batch one event at a time, in source order: the result, or UniqueConflict once
+    the rest is committed."""
+    stops: dict[tuple[str, int], tuple[int, str]] = {}  # (source, partition) -> (LSN, why)
+    races = 0
+    while True:
+        try:
+            result = _attempt(writer, conn, changes, positions, stops)
+        except _Duplicate as dup:
+            writer.rollback(conn)
+            e, message = dup.event, str(dup.error.args[1] if len(dup.error.args) > 1 else dup.error)
+            if "PRIMARY'" in message:  # a local insert of the key since the read: read again
+                races += 1
+                if races > 3:
+                    raise dup.error from None
+                continue
+            source = dup.source
+            stops[(source, e.partition)] = (
+                e.lsn,
+                f"unique key conflict in {e.table}: {message}, writing {e.op} of {pk_text(e.pk)} (source "
+                f"{source}, partition {e.partition}, LSN {e.lsn}), in source order",
+            )
+            continue
+        if stops:
+            for why in stops.values():
+                log.warning("%s: that partition stopped before it, the rest of the batch committed", why[1])
+            raise UniqueConflict(result, [(s, p, lsn, why) for (s, p), (lsn, why) in stops.items()])
+        return result
+
+
+def _attempt(writer: ZoneWriter, conn, changes, positions, stops) -> BatchResult:
+    """One transaction of the batch's events in source order, but for the partitions
+    stopped at an event (from that event on); _Duplicate names the event whose write met
+    a duplicate key (rolled back by the caller)."""
+    result = BatchResult()
+    lit = literal_function(conn)
+    order = source_order(changes, stops)
+    with conn.cursor() as cur:
+        offsets = apply_state.claim(cur, lit, positions)
+        # Read every key once; from then on `rows` is what the events so far left.
+        by_table: dict[str, list[NetChange]] = {}
+        for _, e in order:
+            by_table.setdefault(e.table, []).append(_lone(e))
+        # per (table, pk text): [target row, tombstone version, locked], as the events before leave it
+        rows: dict[tuple[str, str], list] = {}
+        pks: dict[str, list[str]] = {}
+        for table, lone in by_table.items():
+            pk_cols = pks[table] = writer.keyed_by_primary_key(table, lone)
+            unique = list({c.pk_text: c for c in lone}.values())
+            keys = [tuple([decode_row(c.pk)[k] for k in pk_cols]) for c in unique]
+            texts = [c.pk_text for c in unique]
+            targets, tombstone_versions, locks, _ = target_rows.read(cur, lit, table, pk_cols, keys, texts, [])
+            for text in texts:
+                rows[(table, text)] = [targets.get(text), tombstone_versions.get(text), text in locks]
+        # Decide and write each event in order, remembering which event each statement is for.
+        writes: list[str] = []
+        owners: list[tuple[str, ChangeEvent]] = []  # the event each write is for
+        last: dict[tuple[str, int], int] = {}  # the last LSN taken per stopped partition
+        lone_of = {table: iter(lone) for table, lone in by_table.items()}
+        for source, e in order:
+            change = next(lone_of[e.table])
+            if (source, e.partition) in stops:
+                last[(source, e.partition)] = e.lsn
+            state = rows[(e.table, change.pk_text)]
+            target = state[0]
+            action = decide(change, target, state[1], state[2])
+            name = lit(e.table)
+            event_writes: list[str] = []
+            if action.kind in (SKIP, LOCK):
+                result.skipped += 1
+                if state[2]:
+                    event_writes.append(data_locks.held(lit, name, change))
+                elif action.kind == LOCK:
+                    result.locked.append((source, e.table, change.pk_text, action.reason))
+                    event_writes.append(data_locks.lock(lit, name, change, action.reason))
+                    state[2] = True
+            else:
+                result.applied += 1
+                if action.kind == UPSERT:
+                    row = [decode_row(change.new)]
+                    event_writes += upserts(lit, e.table, row) if target is not None else inserts(lit, e.table, row)
+                    state[0] = change.new
+                else:  # a delete (of the row, or a tombstone only)
+                    if action.kind == DELETE_ROW:
+                        key = [tuple([decode_row(change.pk)[k] for k in pks[e.table]])]
+                        where = key_condition(lit, pks[e.table], key)
+                        event_writes.append(f"DELETE FROM {q(e.table)} WHERE {where}")
+                    event_writes.append(tombstones.record(lit, name, [(change.pk_text, change.version)]))
+                    state[0], state[1] = None, max(state[1] or 0, change.version)
+            writes += event_writes
+            owners += [(source, e)] * len(event_writes)
+        # Positions, then COMMIT, in the same request as the writes.
+        recorded = _positions(positions, stops, last, offsets)
+        if recorded:
+            writes.append(apply_state.record(lit, recorded))
+        writes.append("COMMIT")
+        try:
+            send_numbered(cur, writes)
+        except pymysql.err.IntegrityError as exc:
+            at = getattr(exc, "statement", len(owners))
+            if exc.args[0] != 1062 or at >= len(owners):
+                raise
+            source, e = owners[at]
+            raise _Duplicate(source, e, exc) from exc
+    return result
+
+
+def _positions(positions, stops, last, offsets) -> list[tuple[str, int, int, int]]:
+    """(source zone, partition, LSN, Kafka offset) to record: a stopped partition's just
+    before its stop, with its old offset (its messages are read again), or nothing when
+    it stopped at its first event."""
+    recorded = []
+    for s, p, lsn, offset, _ in positions:
+        if (s, p) in stops:
+            if (s, p) not in last:
+                continue
+            lsn, offset = last[(s, p)], offsets.get((s, p), -1)
+        recorded.append((s, p, lsn, offset))
+    return recorded
+
+
+def _lone(e: ChangeEvent) -> NetChange:
+    """One event as a change of its own (serial apply: nothing merged)."""
+    return merge([e])[0]
+
+
+def source_order(changes, stops) -> list[tuple[str, ChangeEvent]]:
+    """(source zone, event) for every event of the batch, in source order: a source's in
+    LSN order (its binlog's, across its partitions), sources interleaved by commit time
+    with each one's own order kept; a stopped partition's events from its stop on left out."""
+    chains: dict[str, list] = {}
+    for source, events in changes:
+        chains.setdefault(source, []).append([(source, e) for e in events])
+    streams = [heapq.merge(*lists, key=lambda item: item[1].lsn) for lists in chains.values()]
+    return [
+        (source, e)
+        for source, e in heapq.merge(*streams, key=lambda item: item[1].commit_ts)
+        if (source, e.partition) not in stops or e.lsn < stops[(source, e.partition)][0]
+    ]
