@@ -1,0 +1,146 @@
+"""What happens to one partition when its chain cannot go on (applier.py, steps 3 and 4).
+
+A gap asks the source's replicator for a resend and halts the partition when resends
+do not repair it; a table the target lacks halts the partitions that carried it; a
+unique-key conflict serial order cannot place halts its partition after a while; and a
+halted partition set running again (`zonesync resume`) is taken back. In each case only
+that partition stops, with an alert, and every other one goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import TopicPartition
+
+from zonesync.apply.writer import TableMissing, UniqueConflict
+
+log = logging.getLogger("zonesync.applier")
+
+
+class PartitionFaults:
+    """The applier's fault paths per partition (a part of Applier: uses its state,
+    writer, consumer and alerts)."""
+
+    def _request_resend(self, source: str, partition: int, from_lsn: int) -> int:
+        _, request_id = self.meta.run(
+            "INSERT INTO resend_requests (source_zone, target_zone, partition_no, from_lsn) VALUES (%s, %s, %s, %s)",
+            (source, self.zone, partition, from_lsn),
+        )
+        return request_id
+
+    def _request_status(self, request_id: int) -> tuple[str, str]:
+        rows, _ = self.meta.run("SELECT status, detail FROM resend_requests WHERE id = %s", (request_id,))
+        return (rows[0][0], rows[0][1]) if rows else ("failed", "request vanished")
+
+    def _on_gap(self, consumer, key, gap) -> None:
+        """Ask for a resend; count a resend as failed only once the replicator served it.
+
+        A request still pending (the replicator is down or busy) is waited for, not
+        counted: only resends that were served and still left the gap open, or that
+        the replicator refused, lead to a halt.
+        """
+        source, partition = key
+        st = self.state[key]
+        now = time.monotonic()
+        if st.gap_since is None:
+            st.gap_since = now
+            log.warning(
+                "applier %s: gap in %s/%s after LSN %s (got prev_lsn %s): asking for a resend",
+                self.zone,
+                source,
+                partition,
+                st.applied_lsn,
+                gap[1] if gap else "?",
+            )
+        if st.request_id is None:
+            st.request_id = self.meta_outage.call(self._request_resend, source, partition, st.applied_lsn)
+            if st.request_id is None:
+                return  # meta is down: asked again at the next round
+            st.resend_attempts = 1
+            st.last_request = now
+            return
+        if now - st.last_request < self.resend_timeout:
+            return
+        status, detail = self.meta_outage.call(self._request_status, st.request_id, default=("pending", ""))
+        if status == "failed":
+            self._halt(consumer, key, f"resend from LSN {st.applied_lsn} impossible: {detail}")
+        elif status == "done":
+            if st.resend_attempts >= self.max_resends:
+                self._halt(consumer, key, f"gap after LSN {st.applied_lsn} not repaired by {self.max_resends} resends")
+                return
+            request_id = self.meta_outage.call(self._request_resend, source, partition, st.applied_lsn)
+            if request_id is not None:
+                st.request_id = request_id
+                st.resend_attempts += 1
+                st.last_request = now
+        else:
+            st.last_request = now  # still pending: keep waiting
+
+    def _halt(self, consumer, key, detail: str) -> None:
+        source, partition = key
+        st = self.state[key]
+        st.halted = True
+        consumer.pause([TopicPartition(self.topic_of(source), partition)])
+        self._writer().halt(source, partition, detail)
+        self.alert(
+            "partition_halted",
+            {"source": source, "partition": partition, "applied_lsn": st.applied_lsn, "detail": detail},
+        )
+
+    def _check_resumed(self) -> None:
+        """A partition halted here and set running again (`zonesync resume`): start the pass
+        over, which takes it back from its applied LSN."""
+        halted = [key for key, st in self.state.items() if st.halted]
+        if not halted:
+            return
+        recorded = self._writer().state()
+        resumed = [key for key in halted if recorded.get(key, (0, -1, "running"))[2] != "halted"]
+        if resumed:
+            raise RuntimeError(f"partitions {resumed} were resumed: taking them back from apply_state")
+
+    def _halt_table_missing(self, exc: TableMissing) -> None:
+        """Halt every partition whose events need the missing table (its batch rolled back,
+        nothing of it applied); the next pass leaves them out and the others go on."""
+        if not exc.keys:
+            log.warning("applier %s: %s: restarting from apply_state", self.zone, exc)
+            time.sleep(0.5)
+            return
+        writer = self._writer()
+        for source, partition in sorted(exc.keys):
+            detail = (
+                f"table {exc.table} is missing in the target or has no primary key: create it, then "
+                f"`zonesync resume --zone {self.zone} --source {source} --partition {partition}`"
+            )
+            writer.halt(source, partition, detail)
+            self.alert(
+                "partition_halted", {"source": source, "partition": partition, "table": exc.table, "detail": detail}
+            )
+
+    def _unique_conflict(self, exc: UniqueConflict) -> None:
+        """What the writer committed is counted and its locks alerted; each stopped partition
+        is retried (the pass restarts from apply_state) until its event stays stopped for
+        `unique_conflict_timeout` seconds: then it halts with an alert."""
+        with self._count_lock:
+            self.applied += exc.result.applied
+        for source, table, pk, reason in exc.result.locked:
+            self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
+        now = time.monotonic()
+        for source, partition, lsn, detail in exc.blocked:
+            key = (source, partition)
+            stop = self._unique_stops.get(key)
+            since = stop[1] if stop and stop[0] == lsn else now
+            if now - since < self.unique_conflict_timeout:
+                self._unique_stops[key] = (lsn, since)
+                log.warning("applier %s: %s: retrying serially", self.zone, detail)
+                continue
+            self._unique_stops.pop(key, None)
+            detail = (
+                f"{detail}: still in conflict after {self.unique_conflict_timeout:g} s; another row holds the value "
+                f"in the target: change or remove it, then `zonesync resume --zone {self.zone} --source {source} "
+                f"--partition {partition}`"
+            )
+            self._writer().halt(source, partition, detail)
+            self.alert("partition_halted", {"source": source, "partition": partition, "lsn": lsn, "detail": detail})
+        time.sleep(0.1)
