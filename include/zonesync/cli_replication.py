@@ -19,7 +19,7 @@ def cmd_apply(args) -> int:
         weights = workers.parse_table_weights(args.table_weights) if args.table_weights else None
     except ValueError as exc:
         raise SystemExit(f"zonesync apply: {exc}") from None
-    return workers.run_forever(workers.build_applier(args.zone, args.workers, table_weights=weights))
+    return workers.run_forever(workers.build_applier(args.zone, args.workers, table_weights=weights, group=args.group))
 
 
 def cmd_lag(args) -> int:
@@ -261,6 +261,12 @@ def register(sub) -> None:
     app = sub.add_parser("apply", help="run the applier of a zone (Kafka -> zone) in the foreground")
     app.add_argument("--zone", required=True)
     app.add_argument("--workers", type=int, default=4, help="parallel apply connections")
+    app.add_argument(
+        "--group",
+        action="store_true",
+        help="share the zone's partitions with the other appliers started with --group (a consumer group): "
+        "run one per host; a crashed one's partitions move to the others",
+    )
     app.add_argument(
         "--table-weights",
         metavar="T=W,...",

@@ -90,7 +90,13 @@ def parse_table_weights(text: str | None, source: str = "--table-weights") -> di
     return weights
 
 
-def build_applier(zone: str, workers: int = 4, env: dict | None = None, table_weights: dict[str, int] | None = None):
+def build_applier(
+    zone: str,
+    workers: int = 4,
+    env: dict | None = None,
+    table_weights: dict[str, int] | None = None,
+    group: bool = False,
+):
     from zonesync.apply.applier import Applier
     from zonesync.apply.writer import ZoneWriter
 
@@ -110,6 +116,7 @@ def build_applier(zone: str, workers: int = 4, env: dict | None = None, table_we
             (env if env is not None else os.environ).get("ZONESYNC_APPLY_TABLE_WEIGHTS"),
             "ZONESYNC_APPLY_TABLE_WEIGHTS",
         ),
+        group=group,
     )
 
 

@@ -6,6 +6,16 @@ Protocol:
    partition): the applied LSN and the Kafka offset it came from. Partitions
    are assigned at offset + 1 (the broker restarted empty: from its start);
    consumer-group offsets are never used. Halted partitions stay halted.
+   One applier takes every partition; with `group` (Otter's node and manager,
+   PiDTS's one worker per partition: seeds S002-20, S003-35 to S003-37) the
+   zone's appliers share them through a Kafka consumer group, so several
+   processes apply into one zone and a crashed one's partitions move to the
+   live ones. A partition's position is read from apply_state when it is
+   assigned, so the new owner starts from what was committed; before one is
+   revoked every round in flight commits, so two workers never apply it at
+   once; and one that was lost without a revoke (its worker hung past the
+   session timeout) cannot commit over the new owner: each batch's position
+   check fails once apply_state moved past where its chain starts.
 2. Low-latency loop: block on poll() for the first message (returns at once
    when one arrives), then drain what is already fetched, up to about
    `max_batch` events (a message carries a partition's burst of events);
@@ -61,6 +71,8 @@ from zonesync.meta.db import META_DOWN, MetaConfig
 from zonesync.meta.outage import MetaOutage
 
 log = logging.getLogger("zonesync.applier")
+# Group mode: a worker that stops heartbeating loses its partitions after 6 s.
+GROUP_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 
 
 class Applier(PartitionFaults):
@@ -82,6 +94,7 @@ class Applier(PartitionFaults):
         table_weights: dict[str, int] | None = None,
         rounds_in_flight: int = 2,
         unique_conflict_timeout: float = 30.0,
+        group: bool = False,
     ):
         self.zone = zone
         self.sources = sources
@@ -99,6 +112,8 @@ class Applier(PartitionFaults):
         self.table_weights = dict(table_weights or {})
         self.rounds_in_flight = max(1, rounds_in_flight)
         self.unique_conflict_timeout = unique_conflict_timeout
+        self.group = group
+        self._in_flight: deque = deque()  # (futures, shares) per round handed to the lanes, oldest first
         self._unique_stops: dict[tuple[str, int], tuple[int, float]] = {}  # partition -> (LSN, since)
         self._count_lock = threading.Lock()
         self._last_gc = 0.0
@@ -171,19 +186,41 @@ class Applier(PartitionFaults):
     def stop(self) -> None:
         self.stopping = True
 
-    def _load_state(self) -> None:
-        self._writer().ensure_positions([(source, p) for source in self.sources for p in range(self.partitions)])
+    def _take_over(self, keys: list[tuple[str, int]]) -> list[TopicPartition]:
+        """Step 1 for `keys`: their positions from apply_state; where to consume them from."""
+        self._writer().ensure_positions(keys)
         recorded = self._writer().state()
-        self.state = {}
-        self._offsets = {}
-        for source in self.sources:
-            for p in range(self.partitions):
-                lsn, offset, status = recorded.get((source, p), (0, -1, "running"))
-                self.state[(source, p)] = PartitionState(applied_lsn=lsn, halted=status == "halted")
-                self._offsets[(source, p)] = offset
+        out = []
+        for source, p in keys:
+            lsn, offset, status = recorded.get((source, p), (0, -1, "running"))
+            self.state[(source, p)] = PartitionState(applied_lsn=lsn, halted=status == "halted")
+            self._offsets[(source, p)] = offset
+            out.append(TopicPartition(self.topic_of(source), p, offset + 1 if offset >= 0 else OFFSET_BEGINNING))
+        return out
+
+    def _on_assign(self, consumer, partitions) -> None:
+        """Group mode: partitions given to this applier, taken from their committed positions."""
+        keys = [(self._source_of_topic[tp.topic], tp.partition) for tp in partitions]
+        assignment = self._take_over(keys)
+        consumer.assign(assignment)
+        halted = [tp for tp, key in zip(assignment, keys, strict=True) if self.state[key].halted]
+        if halted:
+            consumer.pause(halted)
+        log.info("applier %s: took partitions %s", self.zone, sorted(keys))
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        """Group mode: partitions leaving this applier. Every round in flight commits first
+        (S003-37: the next owner starts from a committed position, never beside us)."""
+        self._reap(self._in_flight, keep=0)
+        keys = [(self._source_of_topic[tp.topic], tp.partition) for tp in partitions]
+        for key in keys:
+            self.state.pop(key, None)
+            self._offsets.pop(key, None)
+        consumer.unassign()
+        log.info("applier %s: gave up partitions %s", self.zone, sorted(keys))
 
     def _pass(self, deadline: float | None) -> None:
-        self._load_state()
+        self.state, self._offsets = {}, {}
         bootstrap_used = self.bootstrap()
         down = {"since": None}
 
@@ -193,6 +230,8 @@ class Applier(PartitionFaults):
                 down["since"] = down["since"] or time.monotonic()
 
         config = transport.consumer_config(bootstrap_used, f"zonesync-apply-{self.zone}")
+        if self.group:
+            config.update(GROUP_CONFIG)
         consumer = Consumer({**config, "error_cb": on_error})
         try:
             # the topics' partition count, as the broker has it, then as meta recorded it
@@ -206,19 +245,19 @@ class Applier(PartitionFaults):
         except BaseException:
             consumer.close()
             raise
-        assignment = [
-            TopicPartition(
-                self.topic_of(s), p, self._offsets[(s, p)] + 1 if self._offsets[(s, p)] >= 0 else OFFSET_BEGINNING
-            )
-            for (s, p), st in self.state.items()
-            if not st.halted
-        ]
-        consumer.assign(assignment)
+        topic_names = [self.topic_of(s) for s in self.sources]
+        if self.group:
+            revoke = self._on_revoke
+            consumer.subscribe(topic_names, on_assign=self._on_assign, on_revoke=revoke, on_lost=revoke)
+        else:
+            every = self._take_over([(s, p) for s in self.sources for p in range(self.partitions)])
+            consumer.assign([tp for tp, st in zip(every, self.state.values(), strict=True) if not st.halted])
         # One single-threaded executor per worker: a worker applies its shares in order.
         lanes = [
             ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apply-{self.zone}-{i}") for i in range(self.workers)
         ]
         in_flight: deque[tuple[list[Future], list]] = deque()  # (futures, shares) per round, oldest first
+        self._in_flight = in_flight
         failed = threading.Event()  # set by a failed share: the workers take no later one
         last_lag = 0.0
         carry: list = []  # messages fetched, not yet taken into a round

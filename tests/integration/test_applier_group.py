@@ -1,0 +1,137 @@
+"""Several appliers into one zone (seeds S002-20, S003-35 to S003-37): with `group` they
+share the sources' partitions through a Kafka consumer group, each partition applied by
+one of them at a time; a partition moves when a worker joins, leaves or dies, and its
+new owner starts from the committed position. Under a steady load across those moves,
+zone b ends with exactly zone a's rows and versions."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+from tests.support import applier_process
+from tests.support.replication import checksum
+
+pytestmark = pytest.mark.integration
+
+SOURCES = ("a", "c")
+
+
+class Load:
+    """Inserts, updates and deletes of zone a's tenants 1..300 with ever higher versions,
+    in a thread, until stopped."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.stop = threading.Event()
+        self.versions = itertools.count(1)
+        self.writes = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        rnd = random.Random(11)
+        with self.conn.cursor() as cur:
+            while not self.stop.is_set():
+                tenant, version = rnd.randint(1, 300), next(self.versions)
+                if rnd.random() < 0.15:
+                    cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id = %s", (tenant,))
+                else:
+                    cur.execute(
+                        "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) "
+                        "VALUES (%s, %s, 1, %s) ON DUPLICATE KEY UPDATE name = VALUES(name), "
+                        "_zs_version = VALUES(_zs_version)",
+                        (tenant, f"v{version}", version),
+                    )
+                self.writes += 1
+                time.sleep(0.002)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(10)
+
+
+def _owned(applier) -> set:
+    return set(applier.state)
+
+
+def _wait(check, timeout: float, why: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, why
+        time.sleep(0.1)
+
+
+def _converged(zones, timeout: float = 40) -> None:
+    _wait(lambda: checksum(zones["b"]) == checksum(zones["a"]), timeout, "zone b did not converge to zone a")
+    with zones["b"].connect().cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM zonesync.row_locks")
+        assert cur.fetchone()[0] == 0, "a move between workers locked a row"
+
+
+def test_appliers_share_partitions_and_hand_them_over_under_load(zone_a_alone, zones):
+    conn, cluster = zone_a_alone
+    every = {(s, p) for s in SOURCES for p in range(cluster.partitions)}
+    cluster.start(which=("replicator",), zones=("a",))
+    cluster.wait_started()
+    first = cluster.make_applier("b", group=True)
+    cluster.appliers["b"] = first
+    cluster._run("applier-b", first)
+    _wait(lambda: _owned(first) == every, 20, "a lone group applier did not get every partition")
+    second = cluster.make_applier("b", group=True)
+    with Load(conn) as load:
+        time.sleep(1)
+        # S003-37: a second worker joins while the first has rounds in flight
+        runner = threading.Thread(target=second.run, kwargs={"max_seconds": 60}, daemon=True)
+        runner.start()
+        _wait(lambda: _owned(first) and _owned(second), 20, "the partitions were not shared")
+        assert not _owned(first) & _owned(second), "a partition is applied by two workers"
+        assert _owned(first) | _owned(second) == every
+        time.sleep(2)
+        # S003-35: the first leaves; the second takes everything over
+        cluster.stop("applier-b")
+        _wait(lambda: _owned(second) == every, 20, "the partitions of a worker that left did not move")
+        time.sleep(1)
+    try:
+        assert load.writes > 500
+        _converged(zones)
+        assert first.applied > 0 and second.applied > 0
+    finally:
+        second.stop()
+        runner.join(20)
+
+
+def test_a_killed_workers_partitions_move_to_a_live_one(zone_a_alone, zones):
+    """S003-35: a worker killed -9 never comes back; after the group's session timeout its
+    partitions move to the live worker, which resumes them from the applied LSNs."""
+    conn, cluster = zone_a_alone
+    every = {(s, p) for s in SOURCES for p in range(cluster.partitions)}
+    cluster.start(which=("replicator",), zones=("a",))
+    cluster.wait_started()
+    child = applier_process.spawn(cluster, "b")
+    survivor = cluster.make_applier("b", group=True)
+    cluster.appliers["b"] = survivor
+    try:
+        time.sleep(1)
+        cluster._run("applier-b", survivor)
+        _wait(lambda: _owned(survivor) and _owned(survivor) != every, 30, "the child did not take partitions")
+        with Load(conn):
+            time.sleep(2)
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(10)
+            _wait(lambda: _owned(survivor) == every, 30, "the dead worker's partitions did not move")
+            time.sleep(1)
+        _converged(zones)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)

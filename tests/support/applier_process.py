@@ -1,0 +1,56 @@
+"""An applier of one of a Cluster's zones in its own process, for kill -9 tests.
+
+    python -m tests.support.applier_process ZONE DB_PORT PARTITIONS TOPIC_PREFIX BROKER_FILE
+(meta from ZONESYNC_META_URL; sources are the other zones of tests.support.replication).
+Runs in group mode (a member of the zone's consumer group) until killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def spawn(cluster, zone: str) -> subprocess.Popen:
+    from tests.support.rules import meta_url
+
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.applier_process",
+            zone,
+            str(cluster.zones[zone].port),
+            str(cluster.partitions),
+            cluster.prefix,
+            str(cluster.broker_file),
+        ],
+        cwd=REPO,
+        env={**os.environ, "ZONESYNC_META_URL": meta_url(cluster.meta)},
+    )
+
+
+if __name__ == "__main__":
+    from tests.support.replication import ZONES
+    from zonesync.apply.applier import Applier
+    from zonesync.apply.writer import ZoneWriter
+    from zonesync.dev import broker as broker_mod
+    from zonesync.meta.db import MetaConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s child %(name)s: %(message)s")
+    zone, port, partitions, prefix, broker_file = sys.argv[1:6]
+    Applier(
+        zone,
+        [z for z in ZONES if z != zone],
+        lambda: ZoneWriter("127.0.0.1", int(port), "root", "", "zonesync_app"),
+        MetaConfig.from_env(),
+        partitions=int(partitions),
+        bootstrap=lambda: broker_mod.read_info(Path(broker_file))["bootstrap"],
+        topic_of=lambda z: f"{prefix}.zonesync.{z}.changes",
+        group=True,
+    ).run()
