@@ -135,3 +135,34 @@ def test_a_killed_workers_partitions_move_to_a_live_one(zone_a_alone, zones):
         if child.poll() is None:
             child.kill()
             child.wait(10)
+
+
+def test_a_worker_hung_past_its_session_never_commits_over_the_new_owner(zone_a_alone, zones):
+    """S003-37: a worker frozen (SIGSTOP) mid-load loses its partitions without a revoke;
+    the live worker takes them from the committed positions. When the frozen one wakes,
+    whatever it still had in flight fails the position check instead of landing over the
+    new owner's commits; it rejoins, and zone b ends exactly equal to zone a."""
+    conn, cluster = zone_a_alone
+    every = {(s, p) for s in SOURCES for p in range(cluster.partitions)}
+    cluster.start(which=("replicator",), zones=("a",))
+    cluster.wait_started()
+    child = applier_process.spawn(cluster, "b")
+    survivor = cluster.make_applier("b", group=True)
+    cluster.appliers["b"] = survivor
+    try:
+        time.sleep(1)
+        cluster._run("applier-b", survivor)
+        _wait(lambda: _owned(survivor) and _owned(survivor) != every, 30, "the child did not take partitions")
+        with Load(conn):
+            time.sleep(2)
+            os.kill(child.pid, signal.SIGSTOP)
+            _wait(lambda: _owned(survivor) == every, 30, "a frozen worker's partitions did not move")
+            time.sleep(2)
+            os.kill(child.pid, signal.SIGCONT)
+            _wait(lambda: _owned(survivor) != every, 30, "the woken worker did not rejoin")
+            time.sleep(2)
+        _converged(zones)
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait(10)
