@@ -54,6 +54,20 @@ def cmd_rules_apply(args) -> int:
 
     rules = load_file(args.file)
     meta = _meta()
+    from zonesync.meta.store import MetaStore
+    from zonesync.rules import check
+
+    check(rules, set(MetaStore(meta).zones()), require_writable=not args.allow_blocked)  # its errors first
+    moves = _owner_moves(meta, rules)
+    if moves and not args.move_owners:
+        print(
+            f"zonesync: rules apply: {'; '.join(moves)}: writable ZSIDs would move straight to another owner, "
+            "and the old owner's last changes could reach other zones after the new owner's and lock rows there "
+            "(seed S000-48): move them with the zone switch, or pass --move-owners if the old owner has not "
+            "written them",
+            file=sys.stderr,
+        )
+        return 2
     if args.no_wait:
         from zonesync.meta.store import MetaStore
 
@@ -69,6 +83,22 @@ def cmd_rules_apply(args) -> int:
         f"{', '.join(sorted(rules.zones()))}"
     )
     return 0
+
+
+def _owner_moves(meta, rules) -> list[str]:
+    """ZSID ranges ACTIVE in one zone now and ACTIVE in another zone in `rules`."""
+    from zonesync.meta.store import MetaStore, diff
+
+    current = MetaStore(meta).rules_at()
+    if current is None:
+        return []
+    moves = []
+    for line in diff(current[1], rules):
+        what, _, change = line.partition(": ")
+        before, _, after = change.partition(" -> ")
+        if before.endswith(" ACTIVE") and after.endswith(" ACTIVE") and before != after:
+            moves.append(line)
+    return moves
 
 
 def cmd_rules_show(args) -> int:
@@ -150,6 +180,11 @@ def register(sub) -> None:
     app.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for acks (default 10)")
     app.add_argument("--no-wait", action="store_true", help="publish without waiting for acks")
     app.add_argument("--allow-blocked", action="store_true", help="accept BLOCK/RESHARDING ranges (staged changes)")
+    app.add_argument(
+        "--move-owners",
+        action="store_true",
+        help="allow moving writable ZSIDs straight to another owner (without a zone switch)",
+    )
     app.set_defaults(func=cmd_rules_apply)
     show = rsub.add_parser("show", help="print the current (or a given) rules version")
     show.add_argument("--version", type=int)

@@ -42,7 +42,11 @@ def test_check_apply_show_diff(run, tmp_path, meta):
     assert applied.returncode == 0, applied.stderr
     v1 = MetaStore(meta).head()
     moved = {**BASE, "rules": [{"zsids": "0-99", "zone": "b"}, {"zsids": "100-399", "zone": "a"}, *BASE["rules"][1:]]}
-    assert run("rules", "apply", write(tmp_path, moved, "r2.yaml"), "--reason", "move 0-99").returncode == 0
+    refused = run("rules", "apply", write(tmp_path, moved, "r2.yaml"), "--reason", "move 0-99")
+    assert refused.returncode == 2 and "ZSIDs 0-99: a ACTIVE -> b ACTIVE" in refused.stderr
+    assert "zone switch" in refused.stderr and MetaStore(meta).head() == v1, "nothing published"
+    applied = run("rules", "apply", write(tmp_path, moved, "r2.yaml"), "--reason", "move 0-99", "--move-owners")
+    assert applied.returncode == 0, applied.stderr
     v2 = MetaStore(meta).head()
     shown = run("rules", "show")
     assert shown.returncode == 0 and f"# rules version {v2}" in shown.stdout

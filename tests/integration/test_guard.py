@@ -190,7 +190,15 @@ def test_rules_apply_is_enforced_in_every_zone_within_a_second(guard_env, meta, 
     path.write_text(yaml.safe_dump(new))
     env = {**os.environ, "ZONESYNC_META_URL": meta_url(meta)}
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "zonesync"), "rules", "apply", str(path), "--reason", "rotate"],
+        [
+            str(Path(sys.executable).parent / "zonesync"),
+            "rules",
+            "apply",
+            str(path),
+            "--reason",
+            "rotate",
+            "--move-owners",
+        ],
         env=env,
         capture_output=True,
         text=True,
