@@ -32,7 +32,10 @@ def read(cur, lit, table, pk_cols, keys, texts, first: list[str], loaded: int = 
     reads: list[str] = list(first)
     for start in range(0, len(keys), 500):
         cond = key_condition(lit, pk_cols, keys[start : start + 500])
-        reads.append(f"SELECT * FROM {q(table)} WHERE {cond} FOR UPDATE")
+        # FORCE INDEX: on a small table the optimizer prefers a full scan, and FOR UPDATE
+        # then waits for (and, under READ COMMITTED, keeps until commit) rows it never
+        # matches: the zone's own writers on other keys deadlock with the applier.
+        reads.append(f"SELECT * FROM {q(table)} FORCE INDEX (PRIMARY) WHERE {cond} FOR UPDATE")
     name = lit(table)
     reads.append(
         f"SELECT EXISTS (SELECT 1 FROM zonesync.tombstones WHERE table_name = {name}), "

@@ -67,7 +67,9 @@ def plan_writes(
     # Deletes first: a row deleted at the source frees its unique values before the rows
     # that took them there are written (seed 003: delete X, then insert Y with X's value).
     if deletes:
-        writes.append(f"DELETE FROM {q(table)} WHERE {key_condition(lit, pk_cols, deletes)}")
+        # (the multi-table form takes an index hint: by primary key, never a scan that locks others' rows)
+        cond = key_condition(lit, pk_cols, deletes)
+        writes.append(f"DELETE {q(table)} FROM {q(table)} FORCE INDEX (PRIMARY) WHERE {cond}")
     if to_update:
         writes += upserts(lit, table, to_update)
     if to_insert:
