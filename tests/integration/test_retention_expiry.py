@@ -291,15 +291,6 @@ def test_a_resend_from_the_binlog_repairs_an_expired_head(expired, zones, meta):
     assert _halt_alerts(meta) == []
 
 
-TAIL_BUG = (
-    "apply/partition_faults.py _on_gap: a resend counts as failed once the replicator marked it done and "
-    "resend_timeout passed, whether or not the applier has read as far as the resent events (they come after the "
-    "whole retained tail): it asks again, each time re-publishing the backlog, and halts after max_resends though "
-    "the binlog has it all"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=TAIL_BUG)
 def test_a_resend_behind_a_long_retained_tail_is_waited_for(expired, zones, meta):
     """The resent events land behind everything the topic still holds, which the applier
     reads first (held back here by the relay, as a long retained tail would): the resend
@@ -319,17 +310,9 @@ def test_a_resend_behind_a_long_retained_tail_is_waited_for(expired, zones, meta
     assert case.relay.resend_seen is not None
 
 
-PURGED_BUG = (
-    "capture/replicator.py _pass: a resend whose checkpoint's binlog file is purged rewinds the stream into the "
-    "purged file; the 1236 error is taken for the replicator's own checkpoint (_unfixable_by_restart: a "
-    "binlog_unreadable alert naming the latest checkpoint, retried every 5 s) and the request stays pending: the "
-    "partition never halts, and zone a publishes nothing more to anyone"
-)
-
-
 @pytest.mark.parametrize(
     "history",
-    ["checkpoints_pruned", pytest.param("binlog_purged", marks=pytest.mark.xfail(strict=True, reason=PURGED_BUG))],
+    ["checkpoints_pruned", "binlog_purged"],
 )
 def test_an_expired_head_the_source_cannot_resend_halts_only_its_partition(expired, zones, meta, history):
     """The resend cannot be served: the replicator's checkpoint history no longer reaches

@@ -95,6 +95,7 @@ class Applier(PartitionFaults):
         rounds_in_flight: int = 2,
         unique_conflict_timeout: float = 30.0,
         group: bool = False,
+        resend_wait: float = 30.0,
     ):
         self.zone = zone
         self.sources = sources
@@ -113,6 +114,7 @@ class Applier(PartitionFaults):
         self.rounds_in_flight = max(1, rounds_in_flight)
         self.unique_conflict_timeout = unique_conflict_timeout
         self.group = group
+        self.resend_wait = resend_wait  # a served resend whose events have not arrived yet is waited for
         self._in_flight: deque = deque()  # (futures, shares) per round handed to the lanes, oldest first
         self._unique_stops: dict[tuple[str, int], tuple[int, float]] = {}  # partition -> (LSN, since)
         self._count_lock = threading.Lock()
@@ -346,6 +348,8 @@ class Applier(PartitionFaults):
             except EventError as exc:
                 self._halt(consumer, key, f"malformed message at offset {offset}: {exc}")
                 continue
+            if batch[0].is_retry or batch[-1].is_retry:
+                st.retry_seen = time.monotonic()  # a resend is arriving (partition_faults._on_gap)
             chain = by_partition.get(key)
             if chain is None:
                 chain = by_partition[key] = []

@@ -27,6 +27,8 @@ class PartitionState:
     resend_attempts: int = 0
     last_request: float = 0.0
     request_id: int | None = None
+    requested_at: float = 0.0  # monotonic time the open resend request was made
+    retry_seen: float = -1.0  # monotonic time resent events (is_retry) last arrived
     halted: bool = False
 
 

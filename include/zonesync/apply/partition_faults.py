@@ -59,7 +59,7 @@ class PartitionFaults:
             if st.request_id is None:
                 return  # meta is down: asked again at the next round
             st.resend_attempts = 1
-            st.last_request = now
+            st.last_request = st.requested_at = now
             return
         if now - st.last_request < self.resend_timeout:
             return
@@ -67,6 +67,15 @@ class PartitionFaults:
         if status == "failed":
             self._halt(consumer, key, f"resend from LSN {st.applied_lsn} impossible: {detail}")
         elif status == "done":
+            # The resent events come after whatever the applier still has to read first (a
+            # long retained tail, a mirror's lag): the resend failed only if they arrived and
+            # the gap is still open, or if none arrived within resend_wait.
+            arrived = st.retry_seen >= st.requested_at
+            if (arrived and now - st.retry_seen < self.resend_timeout) or (
+                not arrived and now - st.requested_at < self.resend_wait
+            ):
+                st.last_request = now
+                return
             if st.resend_attempts >= self.max_resends:
                 self._halt(consumer, key, f"gap after LSN {st.applied_lsn} not repaired by {self.max_resends} resends")
                 return
@@ -74,7 +83,7 @@ class PartitionFaults:
             if request_id is not None:
                 st.request_id = request_id
                 st.resend_attempts += 1
-                st.last_request = now
+                st.last_request = st.requested_at = now
         else:
             st.last_request = now  # still pending: keep waiting
 

@@ -245,12 +245,15 @@ class Replicator:
         retry_until = cp.published_hwm
         if requests:
             starts = []
+            held = self.source.binlog_files()
             for rid, part, from_lsn in requests:
                 found = self.store.for_resend(part, from_lsn)
-                if found is None:
-                    resends.finish(
-                        self.meta, [rid], "failed", f"no checkpoint re-reads LSN {from_lsn}: needs full copy"
-                    )
+                if found is None or found.log_file not in held:
+                    # no way back to LSN from_lsn: never rewind into a purged file (that would
+                    # stop this zone's capture for every partition, retrying it)
+                    why = "no checkpoint re-reads" if found is None else f"binlog {found.log_file}, which re-reads"
+                    why = f"{why} LSN {from_lsn}{'' if found is None else ', was purged'}: needs full copy"
+                    resends.finish(self.meta, [rid], "failed", why)
                     continue
                 starts.append(found)
                 resend_ids.append(rid)

@@ -38,6 +38,16 @@ class SourceDB:
             raise SourceError(f"binary logging is off on {self.host}:{self.port}: zones need log_bin")
         return end
 
+    def binlog_files(self) -> set[str]:
+        """The binlog files the server still holds (SHOW BINARY LOGS)."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW BINARY LOGS")
+                return {row[0] for row in cur.fetchall()}
+        finally:
+            conn.close()
+
     def primary_key(self, schema: str, table: str) -> list[str]:
         """A table's key columns, asked once per table for the life of the process (a key
         change is a DDL, and DDL on replicated tables is not supported while capturing)."""
