@@ -314,7 +314,9 @@ error:
  * publish.queue_txn_events's loop for one rows event (see there for what each step
  * means). p1..p4 are the event document's constant parts around the per-row values:
  *   {"lsn":L,"prev_lsn":P <p1> O <p2> PK <p3> OLD,"new":NEW,"version":V <p4> I
- *   ,"row_count":C,"commit_ts":T,"partition":N,"is_retry":B}
+ *   ,"row_count":C,"commit_ts":T,"partition":N,"is_retry":B,"txn_end":false}
+ * (txn_end is set on a transaction's last row per partition once the whole transaction
+ * is queued: publish.close_txn)
  */
 static PyObject *queue_rows(PyObject *self, PyObject *args) {
     PyObject *codes, *names, *p1, *p2, *p3, *p4, *partition_lsns, *retry, *pending, *full, *raw_type;
@@ -412,8 +414,8 @@ static PyObject *queue_rows(PyObject *self, PyObject *args) {
             buf_put(&ev, LIT(",\"version\":")) || buf_i64(&ev, version) || buf_bytes(&ev, p4) ||
             buf_i64(&ev, (long long)index) || buf_put(&ev, LIT(",\"row_count\":")) || buf_i64(&ev, (long long)count) ||
             buf_put(&ev, LIT(",\"commit_ts\":")) || buf_i64(&ev, commit_ts) || buf_put(&ev, LIT(",\"partition\":")) ||
-            buf_i64(&ev, partition) || (is_retry ? buf_put(&ev, LIT(",\"is_retry\":true}"))
-                                        : buf_put(&ev, LIT(",\"is_retry\":false}")))) {
+            buf_i64(&ev, partition) || (is_retry ? buf_put(&ev, LIT(",\"is_retry\":true,\"txn_end\":false}"))
+                                        : buf_put(&ev, LIT(",\"is_retry\":false,\"txn_end\":false}")))) {
             Py_DECREF(pkey);
             goto out;
         }

@@ -19,7 +19,7 @@ from tests.support.binlog import open_stream, position
 from zonesync.capture import native_rows
 from zonesync.capture.binlog_stream import LeanBinLogStreamReader
 from zonesync.capture.event import DELETE, INSERT, UPDATE, decode_message, encode_messages
-from zonesync.capture.publish import Txn, queue_txn_events
+from zonesync.capture.publish import Txn, close_txn, queue_txn_events
 
 pytestmark = pytest.mark.integration
 
@@ -96,8 +96,9 @@ def _queue(txns, python: bool, hwm: int, retry_partitions) -> tuple[list[bytes],
     pending: dict[int, list] = {}
     out: list[bytes] = []
 
-    def full(partition, events):
-        out.extend(encode_messages(events))
+    def full(partition, events):  # as the replicator's: the last event waits for close_txn
+        out.extend(encode_messages(events[:-1]))
+        pending[partition] = events[-1:]
 
     for n, txn in enumerate(txns):
         if python:  # the same rows, decoded by the Python reader: the Python loop
@@ -105,8 +106,9 @@ def _queue(txns, python: bool, hwm: int, retry_partitions) -> tuple[list[bytes],
         hwm = queue_txn_events(
             txn, "binlog.000007", 1_763_000_000 + n, ("a", 3, 4), partition_lsns, hwm, retry_partitions, pending, full
         )
+        close_txn(pending)
     for partition in sorted(pending):
-        full(partition, pending[partition])
+        out.extend(encode_messages(pending[partition]))
     return out, partition_lsns, hwm
 
 
@@ -144,6 +146,10 @@ def test_the_c_module_queues_what_the_python_path_queues(zones):
             assert mine == theirs
         events = [e for m in native[0] for e in decode_message(m)]
         assert any(e.is_retry for e in events) == (hwm > 0)
+        last = {}  # (transaction, partition) -> its last event there: the one with txn_end
+        for e in events:
+            last[(e.txn_id, e.partition)] = e
+        assert [e for e in events if e.txn_end] == sorted(last.values(), key=events.index)
         if retry_partitions:
             assert {e.partition for e in events if e.is_retry} <= retry_partitions
     top = [e for m in native[0] for e in decode_message(m) if e.table == "native_ukey"]

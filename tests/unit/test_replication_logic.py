@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.support.events import change_event
-from zonesync.apply.continuity import filter_chain
+from zonesync.apply.continuity import complete_prefix, filter_chain
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
 from zonesync.apply.merge import merge
 from zonesync.capture.event import (
@@ -544,3 +544,21 @@ def test_a_failed_round_stops_every_later_round_of_its_worker():
         lane.shutdown(wait=True)
     assert [2] not in committed, "a later round of the failed worker committed"
     assert ("a", 0) not in applier._offsets, "nothing of partition 0 counts as committed"
+
+
+def test_complete_prefix_keeps_a_transaction_until_its_last_row_in_the_partition():
+    """S002-02: the chain is cut after the last event that ends its transaction there."""
+
+    def e(lsn, txn, end=False):
+        event = change_event(lsn=lsn, op="insert", table="t", pk={"id": lsn}, version=1, new={"id": lsn}, txn_id=txn)
+        event.txn_end = end
+        return (event, lsn // 10)
+
+    whole = [e(10, "t1"), e(20, "t1", True), e(30, "t2", True)]
+    assert complete_prefix(whole) == (whole, [])
+    open_tail = [e(10, "t1"), e(20, "t1", True), e(30, "t2"), e(40, "t2")]
+    assert complete_prefix(open_tail) == (open_tail[:2], open_tail[2:])
+    assert complete_prefix(open_tail[2:]) == ([], open_tail[2:]), "nothing of an open transaction"
+    # an event followed by another transaction's ended its own (a replicator without txn_end)
+    unmarked = [e(10, "t1"), e(20, "t1"), e(30, "t2")]
+    assert complete_prefix(unmarked) == (unmarked[:2], unmarked[2:])

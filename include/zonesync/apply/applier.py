@@ -21,10 +21,13 @@ Protocol:
    `max_batch` events (a message carries a partition's burst of events);
    never wait out a batch timeout while idle.
 3. Continuity (continuity.py): per partition, skip what is applied, accept the
-   successor chain, and on a gap accept nothing more from that partition, ask
-   the source's replicator for a resend (a row in meta), ask again after
-   `resend_timeout`, and after `max_resends` halt the partition with an alert
-   (seed: 停止复制 + 报警). A resend the replicator cannot serve halts at once.
+   successor chain (except a transaction's rows whose last row in the partition,
+   txn_end, has not arrived: they wait for it and are applied together, seed
+   S002-02; a message cut inside one is recorded as not yet read), and on a
+   gap accept nothing more from that partition, ask the source's replicator
+   for a resend (a row in meta), ask again after `resend_timeout`, and after
+   `max_resends` halt the partition with an alert (seed: 停止复制 + 报警).
+   A resend the replicator cannot serve halts at once.
 4. Apply: the accepted chains of one round are applied on `workers`
    connections, partition p on worker p % workers, each worker's share as one
    transaction (writer.py): merged per key, version-guarded, data-locked, with
@@ -62,7 +65,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from zonesync import transport
-from zonesync.apply.continuity import PartitionState, filter_chain
+from zonesync.apply.continuity import PartitionState, complete_prefix, filter_chain
 from zonesync.apply.partition_faults import PartitionFaults
 from zonesync.apply.writer import TableMissing, UniqueConflict, ZoneWriter
 from zonesync.capture.event import ChangeEvent, EventError, decode_message
@@ -73,6 +76,7 @@ from zonesync.meta.outage import MetaOutage
 log = logging.getLogger("zonesync.applier")
 # Group mode: a worker that stops heartbeating loses its partitions after 6 s.
 GROUP_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+TXN_HOLD_ROWS = 50_000  # the replicator's large_txn_rows: a larger transaction is streamed
 
 
 class Applier(PartitionFaults):
@@ -96,6 +100,7 @@ class Applier(PartitionFaults):
         unique_conflict_timeout: float = 30.0,
         group: bool = False,
         resend_wait: float = 30.0,
+        txn_hold_timeout: float = 5.0,
     ):
         self.zone = zone
         self.sources = sources
@@ -114,6 +119,9 @@ class Applier(PartitionFaults):
         self.rounds_in_flight = max(1, rounds_in_flight)
         self.unique_conflict_timeout = unique_conflict_timeout
         self.group = group
+        self.txn_hold_timeout = txn_hold_timeout
+        self._held: dict[tuple[str, int], list] = {}  # per partition: a transaction's rows, its end not read
+        self._held_since: dict[tuple[str, int], float] = {}
         self.resend_wait = resend_wait  # a served resend whose events have not arrived yet is waited for
         self._in_flight: deque = deque()  # (futures, shares) per round handed to the lanes, oldest first
         self._unique_stops: dict[tuple[str, int], tuple[int, float]] = {}  # partition -> (LSN, since)
@@ -218,11 +226,13 @@ class Applier(PartitionFaults):
         for key in keys:
             self.state.pop(key, None)
             self._offsets.pop(key, None)
+            self._held.pop(key, None)
         consumer.unassign()
         log.info("applier %s: gave up partitions %s", self.zone, sorted(keys))
 
     def _pass(self, deadline: float | None) -> None:
         self.state, self._offsets = {}, {}
+        self._held, self._held_since = {}, {}
         bootstrap_used = self.bootstrap()
         down = {"since": None}
 
@@ -285,10 +295,14 @@ class Applier(PartitionFaults):
                 if down["since"] and time.monotonic() - down["since"] > 5:
                     raise RuntimeError("broker unreachable for 5 s: reconnecting with a fresh bootstrap")
                 jobs, gaps = {}, {}
+                for key, held in self._held.items():  # a transaction's rows waiting for the rest
+                    by_partition[key] = held + by_partition.get(key, [])
+                self._held = {}
                 for key, items in by_partition.items():
                     filtered = filter_chain(self.state[key].applied_lsn, items)
-                    if filtered.accepted:
-                        jobs[key] = filtered.accepted
+                    accepted = self._whole_transactions(key, filtered.accepted) if filtered.accepted else None
+                    if accepted:
+                        jobs[key] = accepted
                     if filtered.gap:
                         gaps[key] = filtered.gap
                 if jobs:
@@ -321,6 +335,30 @@ class Applier(PartitionFaults):
             for lane in lanes:
                 lane.shutdown(wait=True)
             consumer.close()
+
+    def _whole_transactions(self, key, chain: list) -> list:
+        """Step 3's S002-02: the chain up to the last event that ends its transaction in the
+        partition; the rest waits (`_held`) for the event that ends it, read in a later
+        round. Cut inside a message, the applied part records the message before as read,
+        so a restart reads that message again. Rows whose transaction end does not come
+        (events of a replicator from before txn_end) go after `txn_hold_timeout`, and so
+        do the rows of a transaction too large to hold (a mass update, streamed: more than
+        TXN_HOLD_ROWS of its rows in one partition), which is then applied in parts."""
+        done, rest = complete_prefix(chain)
+        if not rest:
+            self._held_since.pop(key, None)
+            return chain
+        now = time.monotonic()
+        since = self._held_since.get(key, now) if not done else now
+        if now - since >= self.txn_hold_timeout or len(rest) > TXN_HOLD_ROWS:
+            log.warning("applier %s: %s: a transaction's end did not arrive: applying its rows", self.zone, key)
+            self._held_since.pop(key, None)
+            return chain
+        self._held_since[key] = since
+        self._held[key] = rest
+        if done and rest[0][1] == done[-1][1]:
+            done[-1] = (done[-1][0], done[-1][1] - 1)
+        return done
 
     def _take(self, msgs, by_partition: dict, consumer, budget: int) -> tuple[int, bool, list]:
         """Decode messages into their partitions' chains until `budget` events are taken:

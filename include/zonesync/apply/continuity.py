@@ -53,3 +53,15 @@ def filter_chain(applied_lsn: int, events: list[tuple[ChangeEvent, int]]) -> Fil
                 out.gap = (last, event.prev_lsn)
             out.skipped += 1
     return out
+
+
+def complete_prefix(chain: list[tuple[ChangeEvent, int]]) -> tuple[list, list]:
+    """Split a partition's accepted chain after the last event that ends its transaction
+    in this partition (seed S002-02, 事务完整性): (what may be applied, what waits for the
+    rest of its transaction). An event ends it when it carries txn_end, or when the next
+    event in the chain belongs to another transaction."""
+    for i in range(len(chain) - 1, -1, -1):
+        event = chain[i][0]
+        if event.txn_end or (i + 1 < len(chain) and chain[i + 1][0].txn_id != event.txn_id):
+            return (chain, []) if i == len(chain) - 1 else (chain[: i + 1], chain[i + 1 :])
+    return [], chain

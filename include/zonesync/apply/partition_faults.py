@@ -91,6 +91,7 @@ class PartitionFaults:
         source, partition = key
         st = self.state[key]
         st.halted = True
+        self._held.pop(key, None)
         consumer.pause([TopicPartition(self.topic_of(source), partition)])
         self._writer().halt(source, partition, detail)
         self.alert(

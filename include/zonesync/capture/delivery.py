@@ -75,15 +75,24 @@ class Delivery:
         self.produced[partition] += len(payloads)
         self.published += len(events)
 
-    def flush(self, pending: dict[int, list[ChangeEvent]]) -> None:
-        """Every partition's queued events, one message per partition (more when large)."""
+    def flush(self, pending: dict[int, list[ChangeEvent]], keep_last: bool = False) -> None:
+        """Every partition's queued events, one message per partition (more when large).
+        `keep_last`: a transaction is still being queued, and each partition's last event
+        stays queued, as it may be the one to carry txn_end (publish.close_txn)."""
+        kept = {}
         for partition, events in pending.items():
-            self.produce(partition, events)
+            if keep_last:
+                kept[partition] = events[-1:]
+                events = events[:-1]
+            if events:
+                self.produce(partition, events)
         pending.clear()
+        pending.update(kept)
 
-    def note(self, pending: dict, checkpoint: Checkpoint) -> None:
-        """Take `checkpoint`: produce what is queued, then remember the counts it needs."""
-        self.flush(pending)
+    def note(self, pending: dict, checkpoint: Checkpoint, keep_last: bool = False) -> None:
+        """Take `checkpoint`: produce what is queued, then remember the counts it needs
+        (what stays queued belongs to a transaction after the checkpoint's position)."""
+        self.flush(pending, keep_last)
         self.in_flight.append((checkpoint, list(self.produced)))
 
     def acked_checkpoint(self) -> Checkpoint | None:

@@ -135,6 +135,9 @@ class ChangeEvent(msgspec.Struct, gc=False):
     commit_ts: int
     partition: int
     is_retry: bool = False
+    # the last row of its transaction in its partition (seed S002-02): an applier applies
+    # a partition's rows of one transaction together, never some of them before the rest
+    txn_end: bool = False
 
     def to_json(self) -> bytes:
         return _ENCODER.encode(self)  # its fields in order, as the replicator writes them
@@ -183,7 +186,7 @@ class ChangeEvent(msgspec.Struct, gc=False):
 
 
 _FIELDS = ChangeEvent.__struct_fields__
-_REQUIRED = frozenset(_FIELDS) - {"is_retry"}
+_REQUIRED = frozenset(_FIELDS) - {"is_retry", "txn_end"}
 _OPS = frozenset((INSERT, UPDATE, DELETE))
 _DECODE = json.JSONDecoder().decode
 _FAST_DECODE = msgspec.json.Decoder(ChangeEvent).decode

@@ -10,6 +10,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
+import msgspec
+
 from zonesync import transport
 from zonesync.capture.event import (
     DELETE,
@@ -24,6 +26,8 @@ from zonesync.capture.event import (
     pk_text,
 )
 from zonesync.capture.native_rows import NativeRows, queue_native
+
+_END_OPEN = b"false}"  # how an event document ends before close_txn: ..."txn_end":false}
 
 
 @dataclass
@@ -126,3 +130,19 @@ def queue_txn_events(
             if lsn > hwm:
                 hwm = lsn
     return hwm
+
+
+def close_txn(pending: dict) -> None:
+    """A transaction is queued whole: the last event of each partition's queue is the
+    last row of its transaction there, and gets txn_end (seed S002-02). A queue whose last
+    event belongs to an earlier transaction was marked then; marking it again changes
+    nothing. The C module's events are JSON already (msgspec.Raw): their document's end
+    is rewritten, byte for byte what the Python encoder writes for txn_end = True."""
+    for queue in pending.values():
+        last = queue[-1]
+        if type(last) is ChangeEvent:
+            last.txn_end = True
+        else:
+            data = bytes(last)
+            if data.endswith(_END_OPEN):
+                queue[-1] = msgspec.Raw(data[:-6] + b"true}")

@@ -80,7 +80,7 @@ from zonesync.capture.faults import (
     ServerIdClash,
 )
 from zonesync.capture.lease import DEFAULT_TTL, LeaseLost, ReplicatorLease
-from zonesync.capture.publish import Txn, queue_txn_events
+from zonesync.capture.publish import Txn, close_txn, queue_txn_events
 from zonesync.capture.rows import RowDecoder
 from zonesync.capture.source import SourceDB
 from zonesync.capture.start import NoCheckpoint, start_checkpoint
@@ -274,7 +274,12 @@ class Replicator:
         pending_since = 0.0
         bootstrap_used = self.bootstrap()
         delivery = self._delivery = Delivery(bootstrap_used, self.topic, self.partitions)
-        producer, full = delivery.producer, delivery.produce
+        producer = delivery.producer
+
+        def full(partition: int, queue: list) -> None:  # a queue reached its size during a transaction
+            delivery.produce(partition, queue[:-1])
+            pending[partition] = queue[-1:]  # it may end its transaction here: close_txn marks it
+
         try:
             # the topic's partition count, as the broker has it, then as meta recorded it
             topics.check_broker(producer, [self.topic], self.partitions)
@@ -384,6 +389,7 @@ class Replicator:
                                 f"transaction {txn.txn_id} read again has {txn.rows} rows, not {txn.total}"
                             )
                         self._large_txns.pop(txn.txn_id, None)
+                        close_txn(pending)
                     elif txn is not None and txn.events and not txn.skip:
                         if not pending:
                             pending_since = time.monotonic()
@@ -398,6 +404,7 @@ class Replicator:
                             pending,
                             full,
                         )
+                        close_txn(pending)
                     txn = None
                     boundary = (log_file, ev.packet.log_pos)
                     boundary_dirty = True
@@ -422,8 +429,10 @@ class Replicator:
                     # between transactions (after a published one, a skipped applier's one,
                     # a DDL, a heartbeat), or once they waited max_linger whatever is read:
                     # a transaction still being read is queued only at its commit, so
-                    # sending what is queued before it keeps each partition's order.
-                    delivery.flush(pending)
+                    # sending what is queued before it keeps each partition's order. (A large
+                    # transaction streamed is queued as it is read: each partition's last event
+                    # stays queued, as it may end the transaction there: close_txn.)
+                    delivery.flush(pending, keep_last=txn is not None and txn.total is not None)
                 idle = isinstance(ev, HeartbeatLogEvent)
                 if idle and self.bootstrap() != bootstrap_used:
                     raise ReplicatorError("the broker moved (new bootstrap): reconnecting")
@@ -443,7 +452,8 @@ class Replicator:
                     boundary_dirty = True
                 if boundary_dirty and (idle or now - last_cp_time >= self.checkpoint_interval):
                     # take a checkpoint at the last commit; it is saved once the broker acked it
-                    delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm))
+                    streaming = txn is not None and txn.total is not None
+                    delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm), keep_last=streaming)
                     boundary_dirty = False
                     last_cp_time = now
                 if delivery.in_flight and txn is None:  # (between transactions: not per event)
