@@ -38,7 +38,7 @@ def write(tmp_path, doc, name="rules.yaml"):
 def test_check_apply_show_diff(run, tmp_path, meta):
     first = write(tmp_path, BASE)
     assert run("rules", "check", first).returncode == 0
-    applied = run("rules", "apply", first, "--reason", "cli test baseline")
+    applied = run("rules", "apply", first, "--reason", "cli test baseline", "--move-owners")  # from any state
     assert applied.returncode == 0, applied.stderr
     v1 = MetaStore(meta).head()
     moved = {**BASE, "rules": [{"zsids": "0-99", "zone": "b"}, {"zsids": "100-399", "zone": "a"}, *BASE["rules"][1:]]}
