@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.support import applier_process
+from tests.support.background import Background, wait_until
 from tests.support.replication import checksum
 
 pytestmark = pytest.mark.integration
@@ -23,21 +24,20 @@ pytestmark = pytest.mark.integration
 SOURCES = ("a", "c")
 
 
-class Load:
+class Load(Background):
     """Inserts, updates and deletes of zone a's tenants 1..300 with ever higher versions,
     in a thread, until stopped."""
 
     def __init__(self, conn):
+        super().__init__()
         self.conn = conn
-        self.stop = threading.Event()
         self.versions = itertools.count(1)
         self.writes = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         rnd = random.Random(11)
         with self.conn.cursor() as cur:
-            while not self.stop.is_set():
+            while not self._stop.is_set():
                 tenant, version = rnd.randint(1, 300), next(self.versions)
                 if rnd.random() < 0.15:
                     cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id = %s", (tenant,))
@@ -51,28 +51,13 @@ class Load:
                 self.writes += 1
                 time.sleep(0.002)
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(10)
-
 
 def _owned(applier) -> set:
     return set(applier.state)
 
 
-def _wait(check, timeout: float, why: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, why
-        time.sleep(0.1)
-
-
 def _converged(zones, timeout: float = 40) -> None:
-    _wait(lambda: checksum(zones["b"]) == checksum(zones["a"]), timeout, "zone b did not converge to zone a")
+    wait_until(lambda: checksum(zones["b"]) == checksum(zones["a"]), timeout, "zone b equals zone a")
     with zones["b"].connect().cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM zonesync.row_locks")
         assert cur.fetchone()[0] == 0, "a move between workers locked a row"
@@ -86,20 +71,20 @@ def test_appliers_share_partitions_and_hand_them_over_under_load(zone_a_alone, z
     first = cluster.make_applier("b", group=True)
     cluster.appliers["b"] = first
     cluster._run("applier-b", first)
-    _wait(lambda: _owned(first) == every, 20, "a lone group applier did not get every partition")
+    wait_until(lambda: _owned(first) == every, 20, "a lone group applier holds every partition")
     second = cluster.make_applier("b", group=True)
     with Load(conn) as load:
         time.sleep(1)
         # S003-37: a second worker joins while the first has rounds in flight
         runner = threading.Thread(target=second.run, kwargs={"max_seconds": 60}, daemon=True)
         runner.start()
-        _wait(lambda: _owned(first) and _owned(second), 20, "the partitions were not shared")
+        wait_until(lambda: _owned(first) and _owned(second), 20, "both appliers hold partitions")
         assert not _owned(first) & _owned(second), "a partition is applied by two workers"
         assert _owned(first) | _owned(second) == every
         time.sleep(2)
         # S003-35: the first leaves; the second takes everything over
         cluster.stop("applier-b")
-        _wait(lambda: _owned(second) == every, 20, "the partitions of a worker that left did not move")
+        wait_until(lambda: _owned(second) == every, 20, "the leaving worker's partitions moved")
         time.sleep(1)
     try:
         assert load.writes > 500
@@ -110,25 +95,32 @@ def test_appliers_share_partitions_and_hand_them_over_under_load(zone_a_alone, z
         runner.join(20)
 
 
-def test_a_killed_workers_partitions_move_to_a_live_one(zone_a_alone, zones):
-    """S003-35: a worker killed -9 never comes back; after the group's session timeout its
-    partitions move to the live worker, which resumes them from the applied LSNs."""
-    conn, cluster = zone_a_alone
+def _a_child_and_a_thread(cluster):
+    """Zone a's replicator; zone b's appliers in group mode, one a child process (to kill)
+    and one a thread here, sharing the partitions: (every partition, child, thread's)."""
     every = {(s, p) for s in SOURCES for p in range(cluster.partitions)}
     cluster.start(which=("replicator",), zones=("a",))
     cluster.wait_started()
     child = applier_process.spawn(cluster, "b")
     survivor = cluster.make_applier("b", group=True)
     cluster.appliers["b"] = survivor
+    time.sleep(1)
+    cluster._run("applier-b", survivor)
+    wait_until(lambda: _owned(survivor) and _owned(survivor) != every, 30, "the child took partitions")
+    return every, child, survivor
+
+
+def test_a_killed_workers_partitions_move_to_a_live_one(zone_a_alone, zones):
+    """S003-35: a worker killed -9 never comes back; after the group's session timeout its
+    partitions move to the live worker, which resumes them from the applied LSNs."""
+    conn, cluster = zone_a_alone
+    every, child, survivor = _a_child_and_a_thread(cluster)
     try:
-        time.sleep(1)
-        cluster._run("applier-b", survivor)
-        _wait(lambda: _owned(survivor) and _owned(survivor) != every, 30, "the child did not take partitions")
         with Load(conn):
             time.sleep(2)
             os.kill(child.pid, signal.SIGKILL)
             child.wait(10)
-            _wait(lambda: _owned(survivor) == every, 30, "the dead worker's partitions did not move")
+            wait_until(lambda: _owned(survivor) == every, 30, "the dead worker's partitions moved")
             time.sleep(1)
         _converged(zones)
     finally:
@@ -143,23 +135,15 @@ def test_a_worker_hung_past_its_session_never_commits_over_the_new_owner(zone_a_
     whatever it still had in flight fails the position check instead of landing over the
     new owner's commits; it rejoins, and zone b ends exactly equal to zone a."""
     conn, cluster = zone_a_alone
-    every = {(s, p) for s in SOURCES for p in range(cluster.partitions)}
-    cluster.start(which=("replicator",), zones=("a",))
-    cluster.wait_started()
-    child = applier_process.spawn(cluster, "b")
-    survivor = cluster.make_applier("b", group=True)
-    cluster.appliers["b"] = survivor
+    every, child, survivor = _a_child_and_a_thread(cluster)
     try:
-        time.sleep(1)
-        cluster._run("applier-b", survivor)
-        _wait(lambda: _owned(survivor) and _owned(survivor) != every, 30, "the child did not take partitions")
         with Load(conn):
             time.sleep(2)
             os.kill(child.pid, signal.SIGSTOP)
-            _wait(lambda: _owned(survivor) == every, 30, "a frozen worker's partitions did not move")
+            wait_until(lambda: _owned(survivor) == every, 30, "the frozen worker's partitions moved")
             time.sleep(2)
             os.kill(child.pid, signal.SIGCONT)
-            _wait(lambda: _owned(survivor) != every, 30, "the woken worker did not rejoin")
+            wait_until(lambda: _owned(survivor) != every, 30, "the woken worker rejoined")
             time.sleep(2)
         _converged(zones)
     finally:

@@ -8,20 +8,11 @@ import time
 
 import pytest
 
-from tests.support.replication import Cluster, latest_checkpoint, reset_state
+from tests.support.replication import Cluster, insert_tenants, latest_checkpoint, reset_state
 from tests.support.tcp_proxy import TcpProxy
 from zonesync.meta.db import MetaConfig
 
 pytestmark = pytest.mark.integration
-
-
-def _insert(conn, first: int, count: int) -> None:
-    with conn.cursor() as cur:
-        for tenant in range(first, first + count):
-            cur.execute(
-                "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (%s, 'x', 1, %s)",
-                (tenant, tenant + 1),
-            )
 
 
 def _wait_rows(inst, count: int, timeout: float, why: str) -> None:
@@ -51,14 +42,14 @@ def test_replication_goes_on_while_meta_is_unreachable(meta, zones, broker, test
         cluster.start(which=("replicator",), zones=("a",))
         cluster.start(which=("applier",), zones=("b",))
         cluster.wait_started()
-        _insert(conn, 1, 20)
+        insert_tenants(conn, 1, 20)
         _wait_rows(zones["b"], 20, 15, "zone b did not get the rows written before the outage")
         time.sleep(1.5)  # a checkpoint and a lag report after them
         before = latest_checkpoint(meta, "a")
         lag_before = _lag_updated_at(meta, "b")
 
         proxy.cut()
-        _insert(conn, 21, 30)
+        insert_tenants(conn, 21, 30)
         _wait_rows(zones["b"], 50, 15, "nothing flowed while meta was unreachable")
         assert latest_checkpoint(meta, "a").lsn == before.lsn, "no checkpoint could be saved meanwhile"
 

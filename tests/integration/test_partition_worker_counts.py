@@ -23,6 +23,7 @@ from collections import defaultdict
 import pymysql
 import pytest
 
+from tests.support.background import Background
 from tests.support.replication import ZONES, Cluster, checksum, reset_state, wait_converged
 from zonesync.dal.errors import WriteRefused
 
@@ -155,24 +156,17 @@ class RecordingWriter:
         return getattr(self._inner, name)
 
 
-class OrderWatch:
+class OrderWatch(Background):
     """Samples every zone's rows while replication runs: a key's sequence number never goes
     back in any zone (a key absent for a while comes back with a higher one)."""
 
+    name = "order-watch"
+
     def __init__(self, zones):
+        super().__init__()
         self.zones = zones
         self.samples = 0
         self.backwards: list[tuple[str, int, int, int]] = []  # (zone, key, seen before, seen now)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="order-watch", daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(10)
 
     def _run(self) -> None:
         conns = {z: self.zones[z].connect("zonesync_app") for z in ZONES}

@@ -11,22 +11,13 @@ import time
 import pytest
 from pymysqlreplication import BinLogStreamReader
 
-from tests.support.replication import alerts, latest_checkpoint, replicator_alone
+from tests.support.replication import alerts, insert_tenants, latest_checkpoint, replicator_alone
 from zonesync import cli
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.capture.lease import LeaseLost, ReplicatorLease, new_holder
 from zonesync.capture.start import BootstrapRefused, NoCheckpoint, bootstrap
 
 pytestmark = pytest.mark.integration
-
-
-def _insert(conn, first: int, count: int) -> None:
-    with conn.cursor() as cur:
-        for tenant in range(first, first + count):
-            cur.execute(
-                "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (%s, 'x', 1, %s)",
-                (tenant, tenant + 1),
-            )
 
 
 def _checkpoints(meta, zone: str) -> int:
@@ -49,7 +40,7 @@ def test_a_second_replicator_of_a_zone_stands_by_and_takes_over(zone_a_alone, zo
     runner.start()
     cluster.start(which=("applier",), zones=("b",))
     try:
-        _insert(conn, 1, 50)
+        insert_tenants(conn, 1, 50)
         deadline = time.monotonic() + 15
         while _count(zones["b"]) < 50:
             assert time.monotonic() < deadline, f"zone b did not get the first rows: published {first.published}"
@@ -62,7 +53,7 @@ def test_a_second_replicator_of_a_zone_stands_by_and_takes_over(zone_a_alone, zo
         # in another process; here the lease simply runs out).
         first.lease.release = lambda: None
         cluster.stop("replicator-a")
-        _insert(conn, 51, 50)
+        insert_tenants(conn, 51, 50)
         deadline = time.monotonic() + 15
         while _count(zones["b"]) < 100:
             assert time.monotonic() < deadline, "the standby did not take over"
@@ -173,7 +164,7 @@ def test_a_reader_already_using_the_server_id_is_not_cut_off(zone_a_alone, zones
         while not _registered(conn, server_id):
             assert time.monotonic() < deadline, "the other reader did not register"
             time.sleep(0.1)
-        _insert(conn, 1, 3)
+        insert_tenants(conn, 1, 3)
         replicator = replicator_alone(cluster, "a", seconds=4)
         assert replicator.published == 0
         assert not failure, f"the other reader was cut off: {failure}"
@@ -182,14 +173,14 @@ def test_a_reader_already_using_the_server_id_is_not_cut_off(zone_a_alone, zones
         assert found[0]["server_id"] == server_id and found[0]["other_reader"] == "native-replica-7"
     finally:
         stop.set()
-        _insert(conn, 100, 1)  # wakes the reader so it sees stop
+        insert_tenants(conn, 100, 1)  # wakes the reader so it sees stop
         reader.join(10)
         other.close()
     deadline = time.monotonic() + 10
     while _registered(conn, server_id):
         assert time.monotonic() < deadline, "the other reader stayed registered"
         time.sleep(0.1)
-    _insert(conn, 200, 2)
+    insert_tenants(conn, 200, 2)
     assert replicator_alone(cluster, "a", seconds=4).published >= 2, "with the clash gone, it captures"
 
 
@@ -211,7 +202,7 @@ def test_a_zone_whose_checkpoints_were_lost_is_refused_until_bootstrapped(zone_a
     with conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
         file, pos = cur.fetchone()[:2]
-    _insert(conn, 1, 5)  # written while capture had no checkpoint
+    insert_tenants(conn, 1, 5)  # written while capture had no checkpoint
 
     replicator = cluster.make_replicator("a")
     with pytest.raises(NoCheckpoint, match="zone a has been captured since"):

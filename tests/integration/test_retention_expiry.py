@@ -14,12 +14,12 @@ twin topic holding only the tail), and the applier comes back to a position that
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.support.background import Background, wait_until
 from tests.support.replication import Cluster, latest_checkpoint, reset_state
 from tests.support.tail_relay import TailRelay
 from zonesync import transport
@@ -78,17 +78,6 @@ def _rows(inst, ids) -> list[tuple]:
         conn.close()
 
 
-def _wait(predicate, timeout: float, what: str, must: bool = True) -> bool:
-    """Wait until `predicate()`; at the timeout fail (or, not `must`, return False)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            assert not must, f"timed out after {timeout} s waiting until {what}"
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _position(inst, source: str, partition: int) -> tuple:
     """(applied LSN, Kafka offset, status, detail) of a source partition in a target zone."""
     conn = inst.connect()
@@ -133,7 +122,9 @@ def _purge_binlog_before_current(conn, meta, needed_file: str) -> None:
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("SHOW MASTER STATUS")
         newest = cur.fetchone()[0]
-        _wait(lambda: latest_checkpoint(meta, "a").log_file == newest, 10, "zone a's checkpoint is in the new file")
+        wait_until(
+            lambda: latest_checkpoint(meta, "a").log_file == newest, 10, "zone a's checkpoint is in the new file"
+        )
         cur.execute("FLUSH ENGINE LOGS")  # the server keeps files its crash recovery needs until then
         deadline = time.monotonic() + 10
         while True:
@@ -145,24 +136,17 @@ def _purge_binlog_before_current(conn, meta, needed_file: str) -> None:
             time.sleep(0.2)
 
 
-class PrefixWatch:
+class PrefixWatch(Background):
     """Samples zone b while it runs: the rows of zone a's expired partition there must
     always be a prefix of the order zone a wrote them in (one row per transaction), i.e.
     nothing is applied past a gap. Records every sample that breaks it."""
 
+    name = "prefix-watch"
+
     def __init__(self, inst, order: list[int]):
+        super().__init__()
         self.inst, self.order = inst, order
         self.samples, self.broken = 0, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="prefix-watch", daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(10)
 
     def _run(self) -> None:
         conn = self.inst.connect("zonesync_app")
@@ -216,7 +200,7 @@ class Expired:
         self.twin_of, self.guards = twin_of, guards
         _write(*guards, "applied")
         applied = set(_phase(A_IDS[EXPIRED], "applied") + _phase(A_IDS[KEPT], "applied") + _phase(C_IDS, "applied"))
-        _wait(lambda: applied <= _tenant_ids(zones["b"]), 20, "zone b applied the first rows")
+        wait_until(lambda: applied <= _tenant_ids(zones["b"]), 20, "zone b applied the first rows")
         cluster.stop("applier-b")
         self.applied_lsn, self.applied_offset, status, _ = _position(zones["b"], "a", EXPIRED)
         assert status == "running" and self.applied_offset >= 0
@@ -224,7 +208,9 @@ class Expired:
         # zone b is down: zones a and c go on writing (zone c's applier takes zone a's rows)
         _write(*guards, "down")
         down_a = set(_phase(A_IDS[EXPIRED], "down") + _phase(A_IDS[KEPT], "down"))
-        _wait(lambda: down_a <= _tenant_ids(zones["c"]), 20, "zone a's replicator published the rows written meanwhile")
+        wait_until(
+            lambda: down_a <= _tenant_ids(zones["c"]), 20, "zone a's replicator published the rows written meanwhile"
+        )
         self.ends = {p: _end_offset(cluster.bootstrap(), cluster.topic("a"), p) for p in (EXPIRED, KEPT)}
         meanwhile = self.ends[EXPIRED] - (self.applied_offset + 1)
         assert meanwhile >= 2, f"only {meanwhile} messages in the expired partition while zone b was down"
@@ -238,7 +224,7 @@ class Expired:
     def expire(self) -> list[int]:
         """The twin holds only the tail; returns the ids whose events zone b never got."""
         self.relay.start()
-        _wait(lambda: self.relay.caught_up(self.ends), 10, "the twin holds the tail")
+        wait_until(lambda: self.relay.caught_up(self.ends), 10, "the twin holds the tail")
         lost = sorted(e.pk["tenant_id"] for p, offset, e in self.relay.lost if offset > self.applied_offset)
         assert lost and set(lost) <= set(_phase(A_IDS[EXPIRED], "down")), lost
         assert {e.partition for _, _, e in self.relay.lost} == {EXPIRED}
@@ -277,7 +263,7 @@ def test_a_resend_from_the_binlog_repairs_an_expired_head(expired, zones, meta):
     with PrefixWatch(zones["b"], EXPIRED_ORDER) as watch:
         case.restart_b(resend_timeout=1.0)
         everything = set(EVERYTHING_A) | set(EVERYTHING_C)
-        converged = _wait(lambda: _tenant_ids(zones["b"]) >= everything, 20, "zone b converged", must=False)
+        converged = wait_until(lambda: _tenant_ids(zones["b"]) >= everything, 20, "zone b converged", must=False)
     assert watch.samples > 10 and watch.broken == [], f"applied past the gap: {watch.broken[:3]}"
     assert converged, f"zone b lacks {sorted(everything - _tenant_ids(zones['b']))}"
     assert _rows(zones["b"], EVERYTHING_A) == _rows(zones["a"], EVERYTHING_A)
@@ -304,7 +290,7 @@ def test_a_resend_behind_a_long_retained_tail_is_waited_for(expired, zones, meta
     def settled():
         return _position(zones["b"], "a", EXPIRED)[2] == "halted" or _tenant_ids(zones["b"]) >= everything
 
-    _wait(settled, 25, "zone b converged or halted")
+    wait_until(settled, 25, "zone b converged or halted")
     assert _halt_alerts(meta) == [], "halted though the binlog could repair it"
     assert _rows(zones["b"], EVERYTHING_A) == _rows(zones["a"], EVERYTHING_A)
     assert case.relay.resend_seen is not None
@@ -341,10 +327,10 @@ def test_an_expired_head_the_source_cannot_resend_halts_only_its_partition(expir
     case.expire()
     with PrefixWatch(zones["b"], EXPIRED_ORDER) as watch:
         case.restart_b(resend_timeout=0.3)
-        _wait(lambda: _position(zones["b"], "a", EXPIRED)[2] == "halted", 15, "the expired partition halted")
+        wait_until(lambda: _position(zones["b"], "a", EXPIRED)[2] == "halted", 15, "the expired partition halted")
         kept = set(_phase(A_IDS[KEPT], "applied", "down", "back")) | set(EVERYTHING_C)
-        _wait(lambda: kept <= _tenant_ids(zones["b"]), 15, "zone b applied zone a's other partition and zone c")
-        _wait(lambda: set(EVERYTHING_A) <= _tenant_ids(zones["c"]), 15, "zone c applied everything of zone a")
+        wait_until(lambda: kept <= _tenant_ids(zones["b"]), 15, "zone b applied zone a's other partition and zone c")
+        wait_until(lambda: set(EVERYTHING_A) <= _tenant_ids(zones["c"]), 15, "zone c applied everything of zone a")
         time.sleep(0.5)  # (time for anything wrongly applied past the gap to show)
     assert watch.samples > 10 and watch.broken == [], f"applied past the gap: {watch.broken[:3]}"
     # nothing past the gap: exactly the rows zone b applied before it stopped

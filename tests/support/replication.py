@@ -171,3 +171,14 @@ def latest_checkpoint(meta, zone: str):
         return store.latest()
     finally:
         store.close()
+
+
+def insert_tenants(conn, first: int, count: int) -> None:
+    """Tenants first .. first+count-1 written straight into a zone (origin 1, version =
+    id + 1), as an application outside the guard would: captured like any write."""
+    with conn.cursor() as cur:
+        for tenant in range(first, first + count):
+            cur.execute(
+                "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (%s, 'x', 1, %s)",
+                (tenant, tenant + 1),
+            )
