@@ -24,6 +24,7 @@ import pymysql
 from zonesync.dev import procs
 
 MARIADBD = "/usr/sbin/mariadbd"
+ZONE_ID_SPACE = 16  # zone ids 1..16: the step of every zone's AUTO_INCREMENT
 INSTALL_DB = "/usr/bin/mariadb-install-db"
 
 
@@ -83,6 +84,13 @@ class Instance:
             "--max-connections=300",
             "--performance-schema=OFF",
             *([f"--default-time-zone={self.default_time_zone}"] if self.default_time_zone else []),
+            # A zone (domain id = zone id) hands out AUTO_INCREMENT and sequence values no other
+            # zone does (seed S002-14; docs/table-contract.md rule 5): id = zone id + k * 16.
+            *(
+                [f"--auto-increment-increment={ZONE_ID_SPACE}", f"--auto-increment-offset={self.gtid_domain_id}"]
+                if 0 < self.gtid_domain_id <= ZONE_ID_SPACE
+                else []
+            ),
         ]
 
     def environment(self) -> dict | None:
