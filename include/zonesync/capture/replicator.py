@@ -82,7 +82,7 @@ from zonesync.capture.faults import (
 from zonesync.capture.lease import DEFAULT_TTL, LeaseLost, ReplicatorLease
 from zonesync.capture.publish import Txn, close_txn, queue_txn_events
 from zonesync.capture.rows import RowDecoder
-from zonesync.capture.source import SourceDB
+from zonesync.capture.source import SourceDB, SourceSettings
 from zonesync.capture.start import NoCheckpoint, start_checkpoint
 from zonesync.meta import resends, topics
 from zonesync.meta.db import MetaConfig
@@ -137,6 +137,7 @@ class Replicator:
         # resend polls and pruning are retried every second (meta/outage.py)
         self.meta_outage = MetaOutage(f"replicator {zone}", log, on_failure=self.store.close)
         self.large_txn_rows = large_txn_rows
+        self._settings_checked = False
         self._large_txns: dict[str, tuple[int, int]] = {}  # txn id -> (rows, commit time), counted
         self.peak_buffered_rows = 0
         self._last_prune = time.monotonic()
@@ -150,6 +151,18 @@ class Replicator:
         except NoCheckpoint as exc:
             self.faults.once("no_checkpoint", self.zone, {"error": str(exc)})
             raise
+
+    def _check_settings(self) -> None:
+        """Once per process: refuse a zone whose binlog cannot be captured whole (S003-28),
+        and say once when its commits are not durable (S002-04)."""
+        try:
+            warnings = self.source.check_capture_settings()
+        except SourceSettings as exc:
+            self.faults.once("binlog_settings", self.zone, {"error": str(exc)})
+            raise
+        for warning in warnings:
+            log.warning("replicator %s: %s", self.zone, warning)
+        self._settings_checked = True
 
     def _clashing_reader(self) -> str | None:
         """Another reader registered with our server_id (not a replicator of this zone:
@@ -191,7 +204,7 @@ class Replicator:
                     continue
                 try:
                     self._pass(deadline)
-                except (topics.PartitionCountMismatch, NoCheckpoint):
+                except (topics.PartitionCountMismatch, NoCheckpoint, SourceSettings):
                     raise  # configuration: retrying cannot help
                 except LeaseLost as exc:
                     log.warning("replicator %s: %s", self.zone, exc)
@@ -235,6 +248,8 @@ class Replicator:
 
     def _pass(self, deadline: float | None) -> None:
         resend_ids: list[int] = []
+        if not self._settings_checked:
+            self._check_settings()
         cp = self._start_checkpoint()
         other = self._clashing_reader()
         if other is not None:

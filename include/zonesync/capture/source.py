@@ -7,10 +7,15 @@ from dataclasses import dataclass, field
 import pymysql
 
 from zonesync.capture.binlog import binlog_end
+from zonesync.config import ConfigError
 
 
 class SourceError(RuntimeError):
     pass
+
+
+class SourceSettings(ConfigError):
+    """The zone's server is not set up for capture: the replicator refuses it."""
 
 
 @dataclass
@@ -37,6 +42,41 @@ class SourceDB:
         if end is None:
             raise SourceError(f"binary logging is off on {self.host}:{self.port}: zones need log_bin")
         return end
+
+    def check_capture_settings(self) -> list[str]:
+        """What capture needs from the server (seed S003-28): ROW events with FULL images and
+        FULL metadata, or the events would not carry whole rows and column names. A zone
+        without them is refused (SourceSettings). What durability needs (S002-04:
+        sync_binlog=1, innodb_flush_log_at_trx_commit=1, or a commit acknowledged to a
+        client can be lost with the machine before it is in the binlog) is returned as
+        warnings: development zones trade it for speed."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT @@GLOBAL.log_bin, @@GLOBAL.binlog_format, @@GLOBAL.binlog_row_image, "
+                    "@@GLOBAL.binlog_row_metadata, @@GLOBAL.sync_binlog, @@GLOBAL.innodb_flush_log_at_trx_commit"
+                )
+                log_bin, fmt, image, metadata, sync, flush = cur.fetchone()
+        finally:
+            conn.close()
+        wrong = [
+            f"{name} is {value}, capture needs {want}"
+            for name, value, want in (
+                ("log_bin", log_bin, 1),
+                ("binlog_format", fmt, "ROW"),
+                ("binlog_row_image", image, "FULL"),
+                ("binlog_row_metadata", metadata, "FULL"),
+            )
+            if str(value).upper() != str(want)
+        ]
+        if wrong:
+            raise SourceSettings(f"zone database {self.host}:{self.port}: {'; '.join(wrong)}: set them and restart")
+        return [
+            f"{name} is {value}: a commit can be lost with the machine before it reaches the binlog (set it to 1)"
+            for name, value in (("sync_binlog", sync), ("innodb_flush_log_at_trx_commit", flush))
+            if int(value) != 1
+        ]
 
     def binlog_files(self) -> set[str]:
         """The binlog files the server still holds (SHOW BINARY LOGS)."""
