@@ -308,7 +308,7 @@ error:
 
 /* queue_rows(codes, names, data, pos, end, op, pk_idx, origin_idx, version_idx, zone_id,
  *            base_lsn, seed, partitions, p1, p2, p3, p4, index, count, commit_ts,
- *            partition_lsns, hwm, retry_partitions, pending, full, raw_type, max_events)
+ *            partition_lsns, partition_counts, hwm, retry_partitions, pending, full, raw_type, max_events)
  *   -> (index, hwm)
  *
  * publish.queue_txn_events's loop for one rows event (see there for what each step
@@ -319,24 +319,26 @@ error:
  * is queued: publish.close_txn)
  */
 static PyObject *queue_rows(PyObject *self, PyObject *args) {
-    PyObject *codes, *names, *p1, *p2, *p3, *p4, *partition_lsns, *retry, *pending, *full, *raw_type;
+    PyObject *codes, *names, *p1, *p2, *p3, *p4, *partition_lsns, *counts, *retry, *pending, *full, *raw_type;
     Py_buffer data;
     Py_ssize_t pos, end, pk_idx, origin_idx, version_idx, index, count, max_events;
     int op;
     long long zone_id, base_lsn, commit_ts, hwm;
     unsigned long seed;
     long partitions;
-    if (!PyArg_ParseTuple(args, "OOy*nninnnLLklSSSSnnLOLOOOOn", &codes, &names, &data, &pos, &end, &op, &pk_idx,
+    if (!PyArg_ParseTuple(args, "OOy*nninnnLLklSSSSnnLOOLOOOOn", &codes, &names, &data, &pos, &end, &op, &pk_idx,
                           &origin_idx, &version_idx, &zone_id, &base_lsn, &seed, &partitions, &p1, &p2, &p3, &p4,
-                          &index, &count, &commit_ts, &partition_lsns, &hwm, &retry, &pending, &full, &raw_type,
-                          &max_events))
+                          &index, &count, &commit_ts, &partition_lsns, &counts, &hwm, &retry, &pending, &full,
+                          &raw_type, &max_events))
         return NULL;
     Spec spec;
     Buf ev = {0}, old = {0}, new_ = {0};
     PyObject *result = NULL;
     if (spec_from(codes, names, &spec) || parse_op(op)) goto out;
-    if (!PyDict_Check(partition_lsns) || !PyDict_Check(pending) || (retry != Py_None && !PyAnySet_Check(retry))) {
-        PyErr_SetString(PyExc_TypeError, "partition_lsns and pending are dicts, retry_partitions a set or None");
+    if (!PyDict_Check(partition_lsns) || !PyDict_Check(counts) || !PyDict_Check(pending) ||
+        (retry != Py_None && !PyAnySet_Check(retry))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "partition_lsns, partition_counts and pending are dicts, retry_partitions a set or None");
         goto out;
     }
     if (pk_idx < 0 || pk_idx >= spec.count || spec.codes[pk_idx] >= C_TEXT || partitions <= 0 || pos < 0 ||
@@ -390,6 +392,26 @@ static PyObject *queue_rows(PyObject *self, PyObject *args) {
             goto out;
         }
         Py_DECREF(lsn_obj);
+        /* the partition's count of events published since its chain began (reconcile.py) */
+        PyObject *count_obj = PyDict_GetItemWithError(counts, pkey); /* borrowed */
+        long long published = 0;
+        if (count_obj) {
+            published = PyLong_AsLongLong(count_obj);
+            if (published == -1 && PyErr_Occurred()) {
+                Py_DECREF(pkey);
+                goto out;
+            }
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(pkey);
+            goto out;
+        }
+        count_obj = PyLong_FromLongLong(published + 1);
+        if (!count_obj || PyDict_SetItem(counts, pkey, count_obj)) {
+            Py_XDECREF(count_obj);
+            Py_DECREF(pkey);
+            goto out;
+        }
+        Py_DECREF(count_obj);
         if (is_retry && retry != Py_None) {
             int member = PySet_Contains(retry, pkey);
             if (member < 0) {

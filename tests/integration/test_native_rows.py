@@ -90,9 +90,10 @@ def _txns(inst, start) -> list[Txn]:
     return txns
 
 
-def _queue(txns, python: bool, hwm: int, retry_partitions) -> tuple[list[bytes], dict, int]:
+def _queue(txns, python: bool, hwm: int, retry_partitions) -> tuple[list[bytes], dict, int, dict]:
     """Every message the replicator would produce for these transactions, in order."""
     partition_lsns: dict[int, int] = {}
+    counts: dict[int, int] = {}
     pending: dict[int, list] = {}
     out: list[bytes] = []
 
@@ -104,12 +105,21 @@ def _queue(txns, python: bool, hwm: int, retry_partitions) -> tuple[list[bytes],
         if python:  # the same rows, decoded by the Python reader: the Python loop
             txn = Txn(txn.txn_id, False, [(t, k, o, list(i), e, p) for t, k, o, i, e, p in txn.events], txn.rows)
         hwm = queue_txn_events(
-            txn, "binlog.000007", 1_763_000_000 + n, ("a", 3, 4), partition_lsns, hwm, retry_partitions, pending, full
+            txn,
+            "binlog.000007",
+            1_763_000_000 + n,
+            ("a", 3, 4),
+            partition_lsns,
+            hwm,
+            retry_partitions,
+            pending,
+            full,
+            partition_counts=counts,
         )
         close_txn(pending)
     for partition in sorted(pending):
         out.extend(encode_messages(pending[partition]))
-    return out, partition_lsns, hwm
+    return out, partition_lsns, hwm, counts
 
 
 def test_the_c_module_queues_what_the_python_path_queues(zones):
@@ -140,7 +150,8 @@ def test_the_c_module_queues_what_the_python_path_queues(zones):
     mid = lsns[len(lsns) // 2]  # a resend's range: the first half is is_retry
     for hwm, retry_partitions in ((0, None), (mid, None), (mid, {0, 2})):
         native, python = _queue(txns, False, hwm, retry_partitions), _queue(txns, True, hwm, retry_partitions)
-        assert native[1:] == python[1:], "partition chains and high-water mark"
+        assert native[1:] == python[1:], "partition chains, high-water mark and published counts"
+        assert sum(native[3].values()) == sum(txn.rows for txn in txns), "every row counted once"
         assert len(native[0]) == len(python[0]) > 4
         for mine, theirs in zip(native[0], python[0], strict=True):
             assert mine == theirs

@@ -9,6 +9,7 @@ import pytest
 
 from tests.support.fault_relay import FaultRelay
 from tests.support.replication import Cluster, checksum, reset_state
+from zonesync.apply.reconcile import OK, reconcile
 from zonesync.dev import broker as broker_mod
 
 pytestmark = pytest.mark.integration
@@ -108,6 +109,7 @@ def test_gap_is_detected_and_repaired_by_a_resend(faulty, guard_env, zones, meta
     assert checksum(zones["b"]) == checksum(zones["a"])
     requests = _resend_requests(meta)
     assert requests and requests[0][2] == "done", requests
+    _counts_agree(meta, zones)  # the resent events were counted once, at both ends (S002-10)
 
 
 def test_duplicate_is_skipped_without_a_resend(faulty, guard_env, zones, meta):
@@ -120,6 +122,21 @@ def test_duplicate_is_skipped_without_a_resend(faulty, guard_env, zones, meta):
     assert checksum(zones["b"]) == checksum(zones["a"])
     assert _resend_requests(meta) == ()
     assert cluster.appliers["b"].applied == n
+    _counts_agree(meta, zones)  # the duplicate was not counted (S002-10)
+
+
+def _counts_agree(meta, zones) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        conn = zones["b"].connect()
+        try:
+            rows = [r for r in reconcile(meta, conn, ["a"])]
+        finally:
+            conn.close()
+        if all(r.status == OK for r in rows) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert rows and all(r.status == OK for r in rows), rows
 
 
 def test_unrepairable_gap_halts_the_partition_and_alerts(faulty, guard_env, zones, meta):

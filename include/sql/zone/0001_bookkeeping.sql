@@ -15,6 +15,10 @@ CREATE TABLE IF NOT EXISTS zonesync.apply_state (
     updated_at      TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
     PRIMARY KEY (source_zone, partition_no)
 ) ENGINE=InnoDB;
+-- Events of the partition's chain committed here since it began (applied, skipped as
+-- older or replayed, or held by a lock: every accepted event once), in the same
+-- transaction as the position: `zonesync reconcile` compares it with what was published.
+ALTER TABLE zonesync.apply_state ADD COLUMN IF NOT EXISTS events BIGINT NOT NULL DEFAULT 0;
 
 -- Deleted rows, so a late or resent older insert never resurrects them.
 CREATE TABLE IF NOT EXISTS zonesync.tombstones (

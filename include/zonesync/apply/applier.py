@@ -539,6 +539,7 @@ def _changes(share) -> list:
 
 
 def _positions(share) -> list:
-    """(source zone, partition, last LSN, its Kafka offset, the LSN the chain starts after)
-    per partition of a share: the writer records the first four once it has checked the last."""
-    return [(key[0], key[1], chain[-1][0].lsn, chain[-1][1], chain[0][0].prev_lsn) for key, chain in share]
+    """(source zone, partition, last LSN, its Kafka offset, the LSN the chain starts after,
+    the chain's events) per partition of a share: the writer records the first four and
+    adds the count (for `zonesync reconcile`) once it has checked where the chain starts."""
+    return [(key[0], key[1], chain[-1][0].lsn, chain[-1][1], chain[0][0].prev_lsn, len(chain)) for key, chain in share]

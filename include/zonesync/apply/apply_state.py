@@ -31,14 +31,23 @@ def claim(cur, lit, positions) -> dict[tuple[str, int], int]:
     chain starts (a missing row counts as LSN 0). Returns their Kafka offsets."""
     if not positions:
         return {}
-    keys = ", ".join(f"({lit(s)}, {int(p)})" for s, p, *_ in positions)
+    by_source: dict[str, list[int]] = {}
+    for s, p, *_ in positions:
+        by_source.setdefault(s, []).append(int(p))
+    # By primary key only (FORCE INDEX, no row-constructor IN): a scan would lock every
+    # partition's row, and appliers sharing a zone (--group) would wait on each other's,
+    # or on a hung one's until the lock wait timeout.
+    where = " OR ".join(
+        f"(source_zone = {lit(s)} AND partition_no IN ({', '.join(map(str, sorted(ps)))}))"
+        for s, ps in sorted(by_source.items())
+    )
     cur.execute(
-        "SELECT source_zone, partition_no, applied_lsn, kafka_offset FROM zonesync.apply_state "
-        f"WHERE (source_zone, partition_no) IN ({keys}) FOR UPDATE"
+        "SELECT source_zone, partition_no, applied_lsn, kafka_offset FROM zonesync.apply_state FORCE INDEX (PRIMARY) "
+        f"WHERE {where} FOR UPDATE"
     )
     rows = cur.fetchall()
     at = {(s, int(p)): int(lsn) for s, p, lsn, _ in rows}
-    for s, p, _, _, start in positions:
+    for s, p, _, _, start, *_ in positions:
         if at.get((s, int(p)), 0) != start:
             raise StalePosition(
                 f"apply_state of {s} partition {p} is at LSN {at.get((s, int(p)), 0)}, this batch starts after "
@@ -47,13 +56,25 @@ def claim(cur, lit, positions) -> dict[tuple[str, int], int]:
     return {(s, int(p)): int(offset) for s, p, _, offset in rows}
 
 
-def record(lit, positions) -> str:
-    """The statement that records (source zone, partition, applied LSN, Kafka offset), sent
-    with the batch's writes and ahead of its COMMIT."""
+def chain_events(positions) -> dict[tuple[str, int], int]:
+    """(source zone, partition) -> how many events its chain in this batch holds: the sixth
+    member of a position, when it has one (applier._positions)."""
+    return {(p[0], int(p[1])): int(p[5]) for p in positions if len(p) > 5}
+
+
+def record(lit, positions, events: dict[tuple[str, int], int]) -> str:
+    """The statement that records (source zone, partition, applied LSN, Kafka offset), and
+    adds the events of each partition's chain this batch commits (`events`: every one the
+    chain accepted, whatever was decided for it; seed S002-10), sent with the batch's
+    writes and ahead of its COMMIT."""
     return (
-        "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset) VALUES "
-        + ", ".join(f"({lit(s)}, {int(p)}, {int(lsn)}, {int(off)})" for s, p, lsn, off in positions)
-        + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset)"
+        "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset, events) VALUES "
+        + ", ".join(
+            f"({lit(s)}, {int(p)}, {int(lsn)}, {int(off)}, {int(events.get((s, int(p)), 0))})"
+            for s, p, lsn, off in positions
+        )
+        + " ON DUPLICATE KEY UPDATE applied_lsn = VALUES(applied_lsn), kafka_offset = VALUES(kafka_offset), "
+        "events = events + VALUES(events)"
     )
 
 

@@ -170,7 +170,7 @@ def _attempt(writer: ZoneWriter, conn, changes, positions, stops) -> BatchResult
         # Positions, then COMMIT, in the same request as the writes.
         recorded = _positions(positions, stops, last, offsets)
         if recorded:
-            writes.append(apply_state.record(lit, recorded))
+            writes.append(apply_state.record(lit, recorded, _events(positions, changes, stops, last)))
         writes.append("COMMIT")
         try:
             send_numbered(cur, writes)
@@ -188,13 +188,24 @@ def _positions(positions, stops, last, offsets) -> list[tuple[str, int, int, int
     before its stop, with its old offset (its messages are read again), or nothing when
     it stopped at its first event."""
     recorded = []
-    for s, p, lsn, offset, _ in positions:
+    for s, p, lsn, offset, *_ in positions:
         if (s, p) in stops:
             if (s, p) not in last:
                 continue
             lsn, offset = last[(s, p)], offsets.get((s, p), -1)
         recorded.append((s, p, lsn, offset))
     return recorded
+
+
+def _events(positions, changes, stops, last) -> dict[tuple[str, int], int]:
+    """The events each recorded partition commits: its whole chain, or, for a stopped one,
+    those before its stop."""
+    counts = apply_state.chain_events(positions)
+    for source, events in changes:  # (one partition's chain each)
+        key = (source, events[0].partition) if events else None
+        if key in stops:
+            counts[key] = 0 if key not in last else sum(1 for e in events if e.lsn <= last[key])
+    return counts
 
 
 def _lone(e: ChangeEvent) -> NetChange:

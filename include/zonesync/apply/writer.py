@@ -149,7 +149,8 @@ class ZoneWriter:
         """Apply several partitions' events and record their positions, as one transaction.
 
         `changes` is (source zone, events in order) per partition; `positions` is
-        (source zone, partition, applied LSN, Kafka offset, the LSN the chain starts after). One commit for all of them
+        (source zone, partition, applied LSN, Kafka offset, the LSN the chain starts after,
+        and how many events the chain holds: counted for `zonesync reconcile`). One commit for all of them
         is what lets a busy applier's batches grow (Otter's batching): the fixed cost of
         a transaction is paid once per round, not once per partition. Positions may be
         left out (a lower table-weight level, applied before the level that records
@@ -225,7 +226,8 @@ class ZoneWriter:
                     send(cur, writes)
                     writes = self._apply_table(cur, lit, source_zone, table, net, result, read_first)
             if positions:
-                writes.append(apply_state.record(lit, [position[:4] for position in positions]))
+                recorded = [position[:4] for position in positions]
+                writes.append(apply_state.record(lit, recorded, apply_state.chain_events(positions)))
             writes.append("COMMIT")
             send(cur, writes)
         return result

@@ -27,13 +27,17 @@ class Checkpoint:
     log_pos: int
     partition_lsns: dict[int, int] = field(default_factory=dict)
     published_hwm: int = 0
+    # events published per partition since the chain began (None: not counted, see 0007)
+    partition_counts: dict[int, int] | None = field(default_factory=dict)
 
 
 def _row(zone, r) -> Checkpoint:
-    return Checkpoint(zone, int(r[0]), r[1], int(r[2]), {int(k): v for k, v in json.loads(r[3]).items()}, int(r[4]))
+    counts = None if r[5] is None else {int(k): int(v) for k, v in json.loads(r[5]).items()}
+    lsns = {int(k): v for k, v in json.loads(r[3]).items()}
+    return Checkpoint(zone, int(r[0]), r[1], int(r[2]), lsns, int(r[4]), counts)
 
 
-COLUMNS = "lsn, log_file, log_pos, partition_lsns, published_hwm"
+COLUMNS = "lsn, log_file, log_pos, partition_lsns, published_hwm, partition_counts"
 
 
 class CheckpointStore:
@@ -62,11 +66,19 @@ class CheckpointStore:
                     self._conn.begin()
                     self.lease.renew(cur)
                 cur.execute(
-                    f"INSERT INTO replicator_checkpoints (zone, {COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s) "
+                    f"INSERT INTO replicator_checkpoints (zone, {COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s) "
                     "ON DUPLICATE KEY UPDATE log_file = VALUES(log_file), log_pos = VALUES(log_pos), "
                     "partition_lsns = VALUES(partition_lsns), published_hwm = GREATEST(published_hwm, "
-                    "VALUES(published_hwm))",
-                    (self.zone, cp.lsn, cp.log_file, cp.log_pos, json.dumps(cp.partition_lsns), cp.published_hwm),
+                    "VALUES(published_hwm)), partition_counts = VALUES(partition_counts)",
+                    (
+                        self.zone,
+                        cp.lsn,
+                        cp.log_file,
+                        cp.log_pos,
+                        json.dumps(cp.partition_lsns),
+                        cp.published_hwm,
+                        None if cp.partition_counts is None else json.dumps(cp.partition_counts),
+                    ),
                 )
                 if self.lease is not None:
                     self._conn.commit()

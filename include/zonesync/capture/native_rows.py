@@ -125,7 +125,8 @@ def queue_native(
 ) -> int | None:
     """publish.queue_txn_events's loop for one rows event, in C; the new index, or None
     when this event's key is not one integer column (the Python loop takes it).
-    `chain` is (partition_lsns, hwm, retry_partitions, pending) and comes back updated."""
+    `chain` is (partition_lsns, hwm, retry_partitions, pending, partition_counts) and comes
+    back updated."""
     spec = rows.spec
     key = spec.index.get(pk_cols[0]) if len(pk_cols) == 1 else None
     if key is None or spec.codes[key] >= _TEXT:
@@ -135,7 +136,7 @@ def queue_native(
         if column >= 0 and (spec.codes[column] == _U64 or spec.codes[column] >= _TEXT):
             return None  # past a signed BIGINT, or text: Python's int() of it
     zone, zone_id, partitions = source
-    partition_lsns, hwm, retry_partitions, pending = chain
+    partition_lsns, hwm, retry_partitions, pending, partition_counts = chain
     from zonesync import transport
 
     try:
@@ -161,6 +162,7 @@ def queue_native(
             count,
             commit_ts,
             partition_lsns,
+            partition_counts,
             hwm,
             retry_partitions,
             pending,

@@ -47,19 +47,32 @@ class Txn:
 
 
 def queue_txn_events(
-    txn: Txn, log_file, commit_ts, source, partition_lsns, hwm, retry_partitions, pending, full, first_index=0
+    txn: Txn,
+    log_file,
+    commit_ts,
+    source,
+    partition_lsns,
+    hwm,
+    retry_partitions,
+    pending,
+    full,
+    first_index=0,
+    partition_counts=None,
 ) -> int:
     """Step 4: one committed transaction's rows as ChangeEvents, queued per partition;
     a queue that reaches MAX_MESSAGE_EVENTS goes to `full(partition, events)` at once.
     `source` is (zone, zone id, partition count); returns the new high-water mark.
     `txn.rows` is the transaction's row count; a large transaction streamed a rows event
     at a time passes its total there and the index of the event's first row.
+    `partition_counts` counts every event given a place in a partition's chain, resent
+    ones included (they are re-counted from the checkpoint the resend rewound to).
 
     Per row: the primary key, its text and partition, the LSN, the event. What is the
     same for a whole rows event (its table's key columns and partition hash prefix,
     the LSN's file and position bits, whether its images need tagging) is worked out
     once per rows event: this loop runs for every row captured.
     """
+    counts = partition_counts if partition_counts is not None else {}  # events published per partition
     fno = file_number(log_file)
     make_lsn(fno, 0, 0)  # (the file number fits an LSN)
     file_bits = fno << (POS_BITS + ROW_BITS)
@@ -69,7 +82,7 @@ def queue_txn_events(
     index = first_index
     for table, pk_cols, op, images, end_pos, plain in txn.events:
         if type(images) is NativeRows:  # read by the C module: queued by it (native_rows.py)
-            chain = [partition_lsns, hwm, retry_partitions, pending]
+            chain = [partition_lsns, hwm, retry_partitions, pending, counts]
             done = queue_native(
                 images, table, pk_cols, op, end_pos, file_bits, source, txn_id, index, count, commit_ts, chain, full
             )
@@ -97,6 +110,7 @@ def queue_txn_events(
             is_retry = lsn <= hwm
             prev_lsn = partition_lsns.get(partition, 0)
             partition_lsns[partition] = lsn
+            counts[partition] = counts.get(partition, 0) + 1
             if is_retry and retry_partitions is not None and partition not in retry_partitions:
                 index += 1
                 continue

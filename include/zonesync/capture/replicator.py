@@ -284,6 +284,8 @@ class Replicator:
                     cp.log_pos,
                 )
         partition_lsns = dict(cp.partition_lsns)
+        # (None: the chain began before counting; its events are not counted, see 0007)
+        partition_counts = None if cp.partition_counts is None else dict(cp.partition_counts)
         hwm = max(cp.published_hwm, retry_until)
         pending: dict[int, list[ChangeEvent]] = {}  # events read, not yet produced, per partition
         pending_since = 0.0
@@ -378,6 +380,7 @@ class Replicator:
                             pending,
                             full,
                             first_index=txn.rows,
+                            partition_counts=partition_counts,
                         )
                     elif not txn.counting:
                         txn.events.append(rows_event)
@@ -395,7 +398,7 @@ class Replicator:
                         log.info("replicator %s: transaction %s has %d rows: reading it again, streamed",
                                  self.zone, txn.txn_id, txn.rows)  # fmt: skip
                         if boundary_dirty:
-                            delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm))
+                            delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm, partition_counts))
                         self._drain(pending)
                         return
                     if txn is not None and txn.total is not None:
@@ -418,6 +421,7 @@ class Replicator:
                             retry_partitions,
                             pending,
                             full,
+                            partition_counts=partition_counts,
                         )
                         close_txn(pending)
                     txn = None
@@ -468,7 +472,8 @@ class Replicator:
                 if boundary_dirty and (idle or now - last_cp_time >= self.checkpoint_interval):
                     # take a checkpoint at the last commit; it is saved once the broker acked it
                     streaming = txn is not None and txn.total is not None
-                    delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm), keep_last=streaming)
+                    noted = self._checkpoint(boundary, partition_lsns, hwm, partition_counts)
+                    delivery.note(pending, noted, keep_last=streaming)
                     boundary_dirty = False
                     last_cp_time = now
                 if delivery.in_flight and txn is None:  # (between transactions: not per event)
@@ -493,7 +498,7 @@ class Replicator:
                         self._drain(pending)
                         return  # start a new pass that rewinds for the request
             if boundary_dirty:
-                delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm))
+                delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm, partition_counts))
             self._drain(pending)
         finally:
             stream.close()
@@ -501,10 +506,11 @@ class Replicator:
             self._published_before += delivery.published
             self._delivery = None
 
-    def _checkpoint(self, boundary, partition_lsns, hwm) -> Checkpoint:
+    def _checkpoint(self, boundary, partition_lsns, hwm, partition_counts) -> Checkpoint:
         """A checkpoint at `boundary` (the position after the last commit read)."""
         lsn = max(partition_lsns.values(), default=0)
-        return Checkpoint(self.zone, lsn, boundary[0], boundary[1], dict(partition_lsns), hwm)
+        counts = None if partition_counts is None else dict(partition_counts)
+        return Checkpoint(self.zone, lsn, boundary[0], boundary[1], dict(partition_lsns), hwm, counts)
 
     def _save_acked(self) -> None:
         """Step 5: save the newest checkpoint the broker acked everything up to."""

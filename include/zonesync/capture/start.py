@@ -80,8 +80,8 @@ def bootstrap(meta: MetaConfig, zone: str, log_file: str, log_pos: int, by: str,
             (zone, log_file, int(log_pos), by[:255]),
         )
         cur.execute(
-            "INSERT INTO replicator_checkpoints (zone, lsn, log_file, log_pos, partition_lsns, published_hwm) "
-            "VALUES (%s, 0, %s, %s, '{}', 0)",
+            "INSERT INTO replicator_checkpoints (zone, lsn, log_file, log_pos, partition_lsns, published_hwm, "
+            "partition_counts) VALUES (%s, 0, %s, %s, '{}', 0, '{}')",
             (zone, log_file, int(log_pos)),
         )
     return cp
