@@ -149,12 +149,6 @@ def test_a_restarted_replicator_resumes_from_its_checkpoint_not_from_the_start(z
     assert applier.applied == 40, f"applier b applied {applier.applied} events for 40 rows: a copy was applied"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="capture/replicator.py Replicator._pass + capture/publish.py queue_txn_events: is_retry is "
-    "`lsn <= hwm` with hwm the restored checkpoint's published_hwm, which is never past the checkpoint "
-    "itself, so events published again after a restart (acked but not checkpointed) carry is_retry=False",
-)
 def test_events_published_again_after_a_restart_carry_is_retry(zone_a_alone, zones, meta, monkeypatch):
     """S001-03 / S001-04 (docs: is_retry = re-published after a restart): exactly the events
     between the saved checkpoint and the stop come again with is_retry=True."""

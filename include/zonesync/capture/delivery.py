@@ -16,16 +16,47 @@ from __future__ import annotations
 
 from collections import deque
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from zonesync import transport
 from zonesync.capture.checkpoints import Checkpoint
-from zonesync.capture.event import ChangeEvent, encode_messages
+from zonesync.capture.event import ChangeEvent, decode_message, encode_messages
 from zonesync.capture.faults import EventTooLarge
 
 
 class DeliveryError(RuntimeError):
     pass
+
+
+def last_published_lsn(bootstrap: str, topic: str, partitions: int, timeout: float = 5.0) -> int:
+    """The highest LSN the topic holds: the last event of each partition's last message.
+    After a restart, everything up to it may be published again (is_retry); events past
+    the saved checkpoint are re-read and re-published in any case. 0 when the topic is
+    empty or does not answer in time (the events then go out unmarked, as before)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "zonesync-tail", "enable.auto.commit": False})
+    try:
+        wanted = []
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            if high > low:
+                wanted.append(TopicPartition(topic, p, high - 1))
+        if not wanted:
+            return 0
+        consumer.assign(wanted)
+        left, top = {tp.partition for tp in wanted}, 0
+        for _ in range(int(timeout / 0.1)):
+            if not left:
+                break
+            msg = consumer.poll(0.1)
+            if msg is None or msg.error() or msg.partition() not in left:
+                continue
+            left.discard(msg.partition())
+            top = max(top, decode_message(msg.value())[-1].lsn)
+        return top
+    except KafkaException:
+        return 0
+    finally:
+        consumer.close()
 
 
 class Delivery:

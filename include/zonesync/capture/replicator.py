@@ -63,7 +63,7 @@ from zonesync import transport
 from zonesync.capture.binlog import registered_reader
 from zonesync.capture.binlog_stream import LeanBinLogStreamReader
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
-from zonesync.capture.delivery import Delivery
+from zonesync.capture.delivery import Delivery, last_published_lsn
 from zonesync.capture.event import (
     DELETE,
     INSERT,
@@ -287,6 +287,11 @@ class Replicator:
         # (None: the chain began before counting; its events are not counted, see 0007)
         partition_counts = None if cp.partition_counts is None else dict(cp.partition_counts)
         hwm = max(cp.published_hwm, retry_until)
+        if not resend_ids:
+            # After a restart the events past the checkpoint are read again; those the topic
+            # already holds go out marked is_retry (informational: appliers go by LSN). Not in
+            # a resend pass: there, events of other partitions up to hwm are not produced at all.
+            hwm = max(hwm, last_published_lsn(self.bootstrap(), self.topic, self.partitions))
         pending: dict[int, list[ChangeEvent]] = {}  # events read, not yet produced, per partition
         pending_since = 0.0
         bootstrap_used = self.bootstrap()
