@@ -82,6 +82,22 @@ def cmd_locks(args) -> int:
     return 1
 
 
+def _source_row(zone: str, table: str, key: dict) -> dict | None:
+    """A row of `zone` by primary key, as its columns' values (locks resolve, S003-31)."""
+    import pymysql
+
+    from zonesync.apply.statements import q
+
+    conn = _zone_conn(zone)
+    try:
+        with conn.cursor(pymysql.cursors.DictCursor) as cur:
+            where = " AND ".join(f"{q(c)} = %s" for c in key)
+            cur.execute(f"SELECT * FROM {q(table)} WHERE {where}", list(key.values()))
+            return cur.fetchone()
+    finally:
+        conn.close()
+
+
 def _lock_change(args) -> int:
     """locks add (a manual lock: the row's events are held from now on, as for a mismatch)
     and locks resolve (unlock; a manual lock's held events are applied in order, or skipped
@@ -114,7 +130,9 @@ def _lock_change(args) -> int:
                 else text
             )
             return 0 if added else 1
-        done = locks.resolve(writer, args.table, args.pk, transport.topic, transport.bootstrap, args.drop_held)
+        done = locks.resolve(
+            writer, args.table, args.pk, transport.topic, transport.bootstrap, args.drop_held, source_row=_source_row
+        )
     except locks.LockError as exc:
         print(f"zonesync locks {args.action}: {exc}", file=sys.stderr)
         return 2
@@ -127,6 +145,9 @@ def _lock_change(args) -> int:
         print(f"{args.table} {args.pk}: was not locked")
         return 1
     line = f"{args.table} {args.pk}: unlocked"
+    if done.taken_from is not None:
+        took = "deleted it here too" if done.source_row_gone else "took its current row"
+        line += f"; zone {done.taken_from}, whose change locked it, re-read: {took}"
     if done.manual and not args.drop_held:
         released = ", ".join(f"{n} from {s}" for s, n in done.released.items()) or "none"
         line += f"; held events released: {released} ({done.applied} applied, {done.skipped} skipped by version)"

@@ -139,11 +139,6 @@ def test_a_locked_row_stays_while_others_flow_and_resolve_after_repair_releases_
     assert {z: _row(zones[z], 3) for z in ZONES} == {z: _row(zones["a"], 3) for z in ZONES}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S003-31: include/zonesync/apply/locks.py::_resolve only deletes an automatic lock's row (its held "
-    "events dropped); it does not re-query the owner zone's current row and write it into the locked zone",
-)
 def test_resolve_without_a_repair_takes_the_owners_current_row(cli_on_cluster, guard_env, zones, meta, capsys):
     ga = guard_env("a")
     _lock_row_3(ga, zones, meta)

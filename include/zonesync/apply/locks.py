@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from zonesync.apply.statements import IDENT
+from zonesync.apply.statements import IDENT, q
 from zonesync.apply.writer import TableMissing, ZoneWriter
-from zonesync.capture.event import ChangeEvent, EventError, decode_message, encode_row, pk_text
+from zonesync.capture.event import ChangeEvent, EventError, decode_message, decode_row, encode_row, pk_text
 
 PK_FORMS = "a JSON list of the key values, e.g. '[42]', or an object by column, e.g. '{\"tenant_id\": 42}'"
 
@@ -64,6 +64,8 @@ class Resolved:
     applied: int = 0  # of them, applied
     skipped: int = 0  # skipped by version (already in the target)
     relocked: list[str] = field(default_factory=list)  # reasons, when a released change locked the row again
+    taken_from: str | None = None  # an automatic lock: the source zone whose current row was taken
+    source_row_gone: bool = False  # ... where the row no longer exists (deleted here too)
 
 
 def key_text(writer: ZoneWriter, table: str, pk: str) -> str:
@@ -160,13 +162,20 @@ def resolve(
     bootstrap,
     drop_held: bool = False,
     timeout: float = 10.0,
+    source_row=None,
 ) -> Resolved:
-    """Remove the row's lock; for a manual lock, apply the events it held (see above)."""
+    """Remove the row's lock; for a manual lock, apply the events it held (see above). An
+    automatic lock (a change met a row it did not expect) takes, with `source_row(zone,
+    table, pk) -> row or None`, the current row of the zone whose change locked it (seed
+    S003-31, Otter's 反查数据库: re-query the source by primary key): that row, with its
+    version and origin, replaces the locked one in the same transaction as the unlock,
+    on the applier's session (never published again), or the row is deleted when the
+    source no longer has it. The held changes are older than that row: they are dropped."""
     text = key_text(writer, table, pk)
     for attempt in range(7):
         conn = writer.connect()
         try:
-            return _resolve(writer, conn, table, text, topic_of, bootstrap, drop_held, timeout)
+            return _resolve(writer, conn, table, text, topic_of, bootstrap, drop_held, timeout, source_row)
         except _LockChanged:
             _rollback(writer)
         except pymysql.err.OperationalError as exc:
@@ -179,7 +188,7 @@ def resolve(
     raise _LockChanged(f"the lock of {table} {text} kept changing while it was being resolved")
 
 
-def _resolve(writer, conn, table, text, topic_of, bootstrap, drop_held, timeout) -> Resolved:
+def _resolve(writer, conn, table, text, topic_of, bootstrap, drop_held, timeout, source_row=None) -> Resolved:
     with conn.cursor() as cur:
         cur.execute("SELECT first_event FROM zonesync.row_locks WHERE table_name = %s AND pk = %s", (table, text))
         row = cur.fetchone()
@@ -204,7 +213,10 @@ def _resolve(writer, conn, table, text, topic_of, bootstrap, drop_held, timeout)
             if mine:
                 changes.append((source, mine))
         cur.execute("DELETE FROM zonesync.row_locks WHERE table_name = %s AND pk = %s", (table, text))
+        taken = _take_source_row(cur, table, row[0], source_row) if not held_from and source_row else None
     result = Resolved(True, manual=bool(held_from), released={s: len(evs) for s, evs in changes})
+    if taken is not None:
+        result.taken_from, result.source_row_gone = taken
     if not changes:
         conn.commit()
         return result
@@ -212,6 +224,25 @@ def _resolve(writer, conn, table, text, topic_of, bootstrap, drop_held, timeout)
     result.applied, result.skipped = done.applied, done.skipped
     result.relocked = [reason for _, _, _, reason in done.locked]
     return result
+
+
+def _take_source_row(cur, table: str, first_event: str, source_row) -> tuple[str, bool]:
+    """The locking change's source zone's current row in place of the locked one (see
+    resolve): (that zone, whether the row is gone there)."""
+    event = json.loads(first_event)
+    source, key = event["source_zone"], decode_row(event["pk"])
+    where = " AND ".join(f"{q(c)} = %s" for c in key)
+    current = source_row(source, table, key)
+    if current is None:
+        cur.execute(f"DELETE FROM {q(table)} WHERE {where}", list(key.values()))
+        return source, True
+    columns = list(current)
+    cur.execute(
+        f"INSERT INTO {q(table)} ({', '.join(map(q, columns))}) VALUES ({', '.join(['%s'] * len(columns))}) "
+        f"ON DUPLICATE KEY UPDATE {', '.join(f'{q(c)} = VALUES({q(c)})' for c in columns if c not in key)}",
+        list(current.values()),
+    )
+    return source, False
 
 
 def _held_from(first_event: str) -> dict[str, dict]:
