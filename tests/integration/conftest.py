@@ -63,3 +63,13 @@ def zone_a_alone(meta, zones, broker, test_cfg):
     cluster.stop()
     conn.close()
     reset_state(zones, meta)
+
+
+@pytest.fixture
+def cli_on_cluster(cluster, monkeypatch):
+    """The command line reads the cluster's private topics, partitioned as the cluster is."""
+    from zonesync import transport
+
+    monkeypatch.setattr(transport, "topic", cluster.topic)
+    monkeypatch.setenv("ZONESYNC_KAFKA_PARTITIONS", str(cluster.partitions))
+    return cluster

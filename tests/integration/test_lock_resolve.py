@@ -7,33 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.binlog import position
-from tests.support.replication import ZONES, alerts, checksum, wait_converged
-from zonesync import cli, transport
-from zonesync.apply.progress import wait_applied
+from tests.support.locks import applied_all_of_a, locks_cli, tenant_row
+from tests.support.replication import ZONES, alerts, wait_converged
 
 pytestmark = pytest.mark.integration
-
-
-def _locks(capsys, *args: str) -> tuple[int, str]:
-    """`zonesync locks ARGS`: (exit code, stdout + stderr)."""
-    code = cli.main(["locks", *args])
-    out = capsys.readouterr()
-    return code, out.out + out.err
-
-
-def _row(zone, tenant_id: int):
-    return next((r for r in checksum(zone) if r[0] == tenant_id), None)
-
-
-def _applied_all_of_a(zones, meta, target: str) -> None:
-    """The target zone's applier has taken every change zone a wrote so far (held ones included)."""
-    source, conn = zones["a"].connect(), zones[target].connect()
-    try:
-        assert wait_applied(meta, conn, "a", position(source), timeout=15), f"zone {target} did not catch up with a"
-    finally:
-        source.close()
-        conn.close()
 
 
 def _lock_rows(zones) -> list[tuple]:
@@ -57,14 +34,6 @@ def _tamper(zones, tenant_id: int, name: str) -> None:
         conn.close()
 
 
-@pytest.fixture
-def cli_on_cluster(cluster, monkeypatch):
-    """The command line reads the cluster's private topics, partitioned as the cluster is."""
-    monkeypatch.setattr(transport, "topic", cluster.topic)
-    monkeypatch.setenv("ZONESYNC_KAFKA_PARTITIONS", str(cluster.partitions))
-    return cluster
-
-
 def _lock_row_3(ga, zones, meta) -> None:
     """Tenant 3 locked in zone b by a mismatch (b's copy tampered, then a changes it twice);
     tenant 5 changed in between and tenant 6 inserted: they must keep flowing."""
@@ -81,8 +50,8 @@ def _lock_row_3(ga, zones, meta) -> None:
         tx.update("tenants", {"tenant_id": 3}, {"name": "v3"})
     with ga.transaction() as tx:
         tx.insert("tenants", {"tenant_id": 6, "name": "u1"})
-    _applied_all_of_a(zones, meta, "b")
-    _applied_all_of_a(zones, meta, "c")
+    applied_all_of_a(zones, meta, "b")
+    applied_all_of_a(zones, meta, "c")
 
 
 def test_a_locked_row_stays_while_others_flow_and_resolve_after_repair_releases_it(
@@ -91,40 +60,40 @@ def test_a_locked_row_stays_while_others_flow_and_resolve_after_repair_releases_
     ga = guard_env("a")
     _lock_row_3(ga, zones, meta)
 
-    assert _row(zones["c"], 3)[1] == "v3", "zone c (no mismatch) takes both changes"
-    assert _row(zones["b"], 3)[1] == "tampered", "a mismatched row must not be overwritten"
-    assert _row(zones["b"], 5) == _row(zones["a"], 5), "another row changed meanwhile keeps flowing"
-    assert _row(zones["b"], 6) == _row(zones["a"], 6), "a row inserted meanwhile keeps flowing"
+    assert tenant_row(zones["c"], 3)[1] == "v3", "zone c (no mismatch) takes both changes"
+    assert tenant_row(zones["b"], 3)[1] == "tampered", "a mismatched row must not be overwritten"
+    assert tenant_row(zones["b"], 5) == tenant_row(zones["a"], 5), "another row changed meanwhile keeps flowing"
+    assert tenant_row(zones["b"], 6) == tenant_row(zones["a"], 6), "a row inserted meanwhile keeps flowing"
     locks = _lock_rows(zones)
     assert [(t, pk) for t, pk, _, _ in locks] == [("tenants", "[3]")], locks
     reason, held = locks[0][2], locks[0][3]
     assert "differs from the event's old row in name" in reason and held >= 1, locks
     assert [a["pk"] for a in alerts(meta, "b", "row_locked")] == ["[3]"], alerts(meta, "b", "row_locked")
-    code, out = _locks(capsys, "list", "--zone", "b")
+    code, out = locks_cli(capsys, "list", "--zone", "b")
     assert code == 1 and "tenants pk=[3] held=" in out, out
 
     # more changes while locked: the locked row's are held, the others' land
     with ga.transaction() as tx:
         tx.update("tenants", {"tenant_id": 5}, {"name": "w3"})
         tx.update("tenants", {"tenant_id": 3}, {"name": "v4"})
-    _applied_all_of_a(zones, meta, "b")
-    assert _row(zones["b"], 5)[1] == "w3"
-    assert _row(zones["b"], 3)[1] == "tampered"
+    applied_all_of_a(zones, meta, "b")
+    assert tenant_row(zones["b"], 5)[1] == "w3"
+    assert tenant_row(zones["b"], 3)[1] == "tampered"
     assert _lock_rows(zones)[0][3] > held, "the later change of the locked row is held (counted)"
 
     # the operator repairs b's row from the owner (name and version), then resolves
-    src = _row(zones["a"], 3)
+    src = tenant_row(zones["a"], 3)
     conn = zones["b"].connect("zonesync_app")
     with conn.cursor() as cur:
         cur.execute("SET SESSION skip_replication = 1")
         cur.execute("UPDATE tenants SET name = %s, _zs_version = %s WHERE tenant_id = 3", (src[1], src[4]))
     conn.close()
-    code, out = _locks(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[3]")
+    code, out = locks_cli(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[3]")
     assert code == 0 and "tenants [3]: unlocked" in out, out
     assert _lock_rows(zones) == []
-    code, out = _locks(capsys, "list", "--zone", "b")
+    code, out = locks_cli(capsys, "list", "--zone", "b")
     assert code == 0 and "no locked rows in zone b" in out, out
-    code, out = _locks(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[3]")
+    code, out = locks_cli(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[3]")
     assert code == 1 and "was not locked" in out, out
 
     # later changes of the row apply again, everywhere
@@ -136,14 +105,14 @@ def test_a_locked_row_stays_while_others_flow_and_resolve_after_repair_releases_
     assert {r[0]: r[1] for r in sums["tenants"]["b"]} == {3: "v6", 5: "w3", 6: "u1"}
     assert _lock_rows(zones) == [], "no new lock"
     assert len(alerts(meta, "b", "row_locked")) == 1, "no new lock alert"
-    assert {z: _row(zones[z], 3) for z in ZONES} == {z: _row(zones["a"], 3) for z in ZONES}
+    assert {z: tenant_row(zones[z], 3) for z in ZONES} == {z: tenant_row(zones["a"], 3) for z in ZONES}
 
 
-def test_resolve_without_a_repair_takes_the_owners_current_row(cli_on_cluster, guard_env, zones, meta, capsys):
+def test_resolve_without_a_repair_takes_the_owners_currenttenant_row(cli_on_cluster, guard_env, zones, meta, capsys):
     ga = guard_env("a")
     _lock_row_3(ga, zones, meta)
-    assert _row(zones["b"], 3)[1] == "tampered" and _lock_rows(zones), "locked, not overwritten"
-    code, out = _locks(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[3]")
+    assert tenant_row(zones["b"], 3)[1] == "tampered" and _lock_rows(zones), "locked, not overwritten"
+    code, out = locks_cli(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[3]")
     assert code == 0 and "tenants [3]: unlocked" in out, out
     assert _lock_rows(zones) == []
-    assert _row(zones["b"], 3) == _row(zones["a"], 3), "resolve writes the owner's row, with its version"
+    assert tenant_row(zones["b"], 3) == tenant_row(zones["a"], 3), "resolve writes the owner's row, with its version"

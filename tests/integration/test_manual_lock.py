@@ -6,41 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.binlog import position
-from tests.support.replication import ZONES, checksum, wait_converged
-from zonesync import cli, transport
-from zonesync.apply.progress import wait_applied
+from tests.support.locks import applied_all_of_a, locks_cli, tenant_row
+from tests.support.replication import ZONES, wait_converged
 
 pytestmark = pytest.mark.integration
-
-
-def _locks(capsys, *args: str) -> tuple[int, str]:
-    """`zonesync locks ARGS`: (exit code, stdout + stderr)."""
-    code = cli.main(["locks", *args])
-    out = capsys.readouterr()
-    return code, out.out + out.err
-
-
-def _row(zone, tenant_id: int):
-    return next((r for r in checksum(zone) if r[0] == tenant_id), None)
-
-
-def _b_applied_all_of_a(zones, meta) -> None:
-    """Zone b's applier has taken every change zone a wrote so far (held ones included)."""
-    source, target = zones["a"].connect(), zones["b"].connect()
-    try:
-        assert wait_applied(meta, target, "a", position(source), timeout=15)
-    finally:
-        source.close()
-        target.close()
-
-
-@pytest.fixture
-def cli_on_cluster(cluster, monkeypatch):
-    """The command line reads the cluster's private topics, partitioned as the cluster is."""
-    monkeypatch.setattr(transport, "topic", cluster.topic)
-    monkeypatch.setenv("ZONESYNC_KAFKA_PARTITIONS", str(cluster.partitions))
-    return cluster
 
 
 def test_a_manual_lock_holds_the_rows_changes_until_resolve_releases_them_in_order(
@@ -52,9 +21,9 @@ def test_a_manual_lock_holds_the_rows_changes_until_resolve_releases_them_in_ord
         tx.insert("tenants", {"tenant_id": 5, "name": "w1"})
     wait_converged(zones, ("tenants",))
 
-    code, out = _locks(capsys, "add", "--zone", "b", "--table", "tenants", "--pk", "[3]", "--reason", "audit #12")
+    code, out = locks_cli(capsys, "add", "--zone", "b", "--table", "tenants", "--pk", "[3]", "--reason", "audit #12")
     assert code == 0 and "tenants [3]: locked in zone b" in out, out
-    code, out = _locks(capsys, "add", "--zone", "b", "--table", "tenants", "--pk", "[3]", "--reason", "again")
+    code, out = locks_cli(capsys, "add", "--zone", "b", "--table", "tenants", "--pk", "[3]", "--reason", "again")
     assert code == 1 and "locked already: manual lock: audit #12" in out, out
 
     # two changes of the locked row (the second's old row is the first's new one: order
@@ -65,16 +34,16 @@ def test_a_manual_lock_holds_the_rows_changes_until_resolve_releases_them_in_ord
         tx.update("tenants", {"tenant_id": 5}, {"name": "w2"})
     with ga.transaction() as tx:
         tx.update("tenants", {"tenant_id": 3}, {"name": "v3"})
-    _b_applied_all_of_a(zones, meta)
-    assert _row(zones["b"], 3)[1] == "v1", "a locked row is not changed"
-    assert _row(zones["b"], 5) == _row(zones["a"], 5), "other rows keep flowing"
-    code, out = _locks(capsys, "list", "--zone", "b")
+    applied_all_of_a(zones, meta)
+    assert tenant_row(zones["b"], 3)[1] == "v1", "a locked row is not changed"
+    assert tenant_row(zones["b"], 5) == tenant_row(zones["a"], 5), "other rows keep flowing"
+    code, out = locks_cli(capsys, "list", "--zone", "b")
     assert code == 1 and "tenants pk=[3] held=2 " in out and "manual lock: audit #12" in out, out
 
-    code, out = _locks(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[3]")
+    code, out = locks_cli(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[3]")
     assert code == 0 and "unlocked; held events released: 2 from a (2 applied, 0 skipped by version)" in out, out
-    assert _row(zones["b"], 3) == _row(zones["a"], 3), "the held changes landed, in order, with a's version"
-    code, out = _locks(capsys, "list", "--zone", "b")
+    assert tenant_row(zones["b"], 3) == tenant_row(zones["a"], 3), "the held changes landed, in order, with a's version"
+    code, out = locks_cli(capsys, "list", "--zone", "b")
     assert code == 0 and "no locked rows in zone b" in out, out
     with ga.transaction() as tx:  # and later changes flow as before
         tx.update("tenants", {"tenant_id": 3}, {"name": "v4"})
@@ -87,23 +56,25 @@ def test_held_changes_already_in_the_target_are_skipped_by_version(cli_on_cluste
     with ga.transaction() as tx:
         tx.insert("tenants", {"tenant_id": 7, "name": "x1"})
     wait_converged(zones, ("tenants",))
-    code, out = _locks(capsys, "add", "--zone", "b", "--table", "tenants", "--pk", '{"tenant_id": 7}', "--reason", "r")
+    code, out = locks_cli(
+        capsys, "add", "--zone", "b", "--table", "tenants", "--pk", '{"tenant_id": 7}', "--reason", "r"
+    )
     assert code == 0, out
     with ga.transaction() as tx:
         tx.update("tenants", {"tenant_id": 7}, {"name": "x2"})
-    _b_applied_all_of_a(zones, meta)
-    assert _row(zones["b"], 7)[1] == "x1"
+    applied_all_of_a(zones, meta)
+    assert tenant_row(zones["b"], 7)[1] == "x1"
     # the operator repairs b's row from a (its version too), then resolves
-    src = _row(zones["a"], 7)
+    src = tenant_row(zones["a"], 7)
     conn = zones["b"].connect("zonesync_app")
     with conn.cursor() as cur:
         cur.execute("SET SESSION skip_replication = 1")
         cur.execute("UPDATE tenants SET name = %s, _zs_version = %s WHERE tenant_id = 7", (src[1], src[4]))
     conn.close()
-    code, out = _locks(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[7]")
+    code, out = locks_cli(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[7]")
     assert code == 0 and "released: 1 from a (0 applied, 1 skipped by version)" in out, out
-    assert _row(zones["b"], 7) == src
-    assert {z: _row(zones[z], 7) for z in ZONES} == {z: src for z in ZONES}
+    assert tenant_row(zones["b"], 7) == src
+    assert {z: tenant_row(zones[z], 7) for z in ZONES} == {z: src for z in ZONES}
 
 
 @pytest.mark.parametrize(
@@ -127,7 +98,7 @@ def test_locks_add_refuses_an_unusable_table_or_key(zones, capsys, args, names):
         with conn.cursor() as cur:
             cur.execute("SELECT COUNT(*) FROM zonesync.row_locks")
             before = cur.fetchone()[0]
-            code, out = _locks(capsys, "add", "--zone", "b", *args)
+            code, out = locks_cli(capsys, "add", "--zone", "b", *args)
             assert code == 2 and all(n in out for n in names), out
             cur.execute("SELECT COUNT(*) FROM zonesync.row_locks")
             assert cur.fetchone()[0] == before, "nothing locked"

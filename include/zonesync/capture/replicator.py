@@ -302,6 +302,25 @@ class Replicator:
             delivery.produce(partition, queue[:-1])
             pending[partition] = queue[-1:]  # it may end its transaction here: close_txn marks it
 
+        def queue(txn: Txn, log_file: str, commit_ts: int, first_index: int = 0) -> None:
+            """Step 4 for a committed transaction (or a streamed one's rows event)."""
+            nonlocal hwm, pending_since
+            if not pending:
+                pending_since = time.monotonic()
+            hwm = queue_txn_events(
+                txn,
+                log_file,
+                commit_ts,
+                (self.zone, self.zone_id, self.partitions),
+                partition_lsns,
+                hwm,
+                retry_partitions,
+                pending,
+                full,
+                first_index=first_index,
+                partition_counts=partition_counts,
+            )
+
         try:
             # the topic's partition count, as the broker has it, then as meta recorded it
             topics.check_broker(producer, [self.topic], self.partitions)
@@ -372,21 +391,7 @@ class Replicator:
                     pk_cols = self.source.primary_key(ev.schema, ev.table)
                     rows_event = (ev.table, pk_cols, op, images, end_pos, getattr(ev, "plain", False))
                     if txn.total is not None:  # a large transaction's second read: queued now
-                        if not pending:
-                            pending_since = time.monotonic()
-                        hwm = queue_txn_events(
-                            Txn(txn.txn_id, False, [rows_event], txn.total),
-                            log_file,
-                            txn.commit_ts,
-                            (self.zone, self.zone_id, self.partitions),
-                            partition_lsns,
-                            hwm,
-                            retry_partitions,
-                            pending,
-                            full,
-                            first_index=txn.rows,
-                            partition_counts=partition_counts,
-                        )
+                        queue(Txn(txn.txn_id, False, [rows_event], txn.total), log_file, txn.commit_ts, txn.rows)
                     elif not txn.counting:
                         txn.events.append(rows_event)
                         if txn.rows + len(images) > self.large_txn_rows:
@@ -414,20 +419,7 @@ class Replicator:
                         self._large_txns.pop(txn.txn_id, None)
                         close_txn(pending)
                     elif txn is not None and txn.events and not txn.skip:
-                        if not pending:
-                            pending_since = time.monotonic()
-                        hwm = queue_txn_events(
-                            txn,
-                            log_file,
-                            int(ev.timestamp),
-                            (self.zone, self.zone_id, self.partitions),
-                            partition_lsns,
-                            hwm,
-                            retry_partitions,
-                            pending,
-                            full,
-                            partition_counts=partition_counts,
-                        )
+                        queue(txn, log_file, int(ev.timestamp))
                         close_txn(pending)
                     txn = None
                     boundary = (log_file, ev.packet.log_pos)
