@@ -33,6 +33,17 @@ def test_zone_settings_are_the_ones_capture_needs(zones):
     assert len(ids) == 4, "every instance needs its own server_id"
 
 
+def test_zones_leave_purging_to_safe_purge(zones):
+    """S001-08: the server's own expiry would remove binlog files a replicator still needs
+    (it cannot know about consumers); zones run with it off and purge only through
+    `zonesync binlog safe-purge`."""
+    for name in ("a", "b", "c"):
+        with zones[name].connect().cursor() as cur:
+            cur.execute("SELECT @@expire_logs_days, @@binlog_expire_logs_seconds")
+            days, seconds = cur.fetchone()
+        assert float(days) == 0 and int(seconds) == 0, f"zone {name} expires its binlog by itself"
+
+
 def test_zones_generate_keys_no_other_zone_generates(zones):
     """S002-14: AUTO_INCREMENT values of one zone never collide with another's (each zone
     steps by 16 from its own zone id), so rows created in two zones by the application's

@@ -73,6 +73,7 @@ class Instance:
             "--binlog-row-image=FULL",
             "--binlog-row-metadata=FULL",
             "--log-bin-compress=OFF",
+            "--binlog-expire-logs-seconds=0",  # never the server's own purge: safe-purge only (S001-08)
             "--local-infile=1",
             "--skip-name-resolve",
             "--character-set-server=utf8mb4",
