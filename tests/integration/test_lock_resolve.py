@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.locks import applied_all_of_a, locks_cli, tenant_row
+from tests.support.locks import applied_all_of_a, locks_cli, repair_from_a, tenant_row
 from tests.support.replication import ZONES, alerts, wait_converged
 
 pytestmark = pytest.mark.integration
@@ -82,12 +82,7 @@ def test_a_locked_row_stays_while_others_flow_and_resolve_after_repair_releases_
     assert _lock_rows(zones)[0][3] > held, "the later change of the locked row is held (counted)"
 
     # the operator repairs b's row from the owner (name and version), then resolves
-    src = tenant_row(zones["a"], 3)
-    conn = zones["b"].connect("zonesync_app")
-    with conn.cursor() as cur:
-        cur.execute("SET SESSION skip_replication = 1")
-        cur.execute("UPDATE tenants SET name = %s, _zs_version = %s WHERE tenant_id = 3", (src[1], src[4]))
-    conn.close()
+    repair_from_a(zones, 3)
     code, out = locks_cli(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[3]")
     assert code == 0 and "tenants [3]: unlocked" in out, out
     assert _lock_rows(zones) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.locks import applied_all_of_a, locks_cli, tenant_row
+from tests.support.locks import applied_all_of_a, locks_cli, repair_from_a, tenant_row
 from tests.support.replication import ZONES, wait_converged
 
 pytestmark = pytest.mark.integration
@@ -65,12 +65,7 @@ def test_held_changes_already_in_the_target_are_skipped_by_version(cli_on_cluste
     applied_all_of_a(zones, meta)
     assert tenant_row(zones["b"], 7)[1] == "x1"
     # the operator repairs b's row from a (its version too), then resolves
-    src = tenant_row(zones["a"], 7)
-    conn = zones["b"].connect("zonesync_app")
-    with conn.cursor() as cur:
-        cur.execute("SET SESSION skip_replication = 1")
-        cur.execute("UPDATE tenants SET name = %s, _zs_version = %s WHERE tenant_id = 7", (src[1], src[4]))
-    conn.close()
+    src = repair_from_a(zones, 7)
     code, out = locks_cli(capsys, "resolve", "--zone", "b", "--table", "tenants", "--pk", "[7]")
     assert code == 0 and "released: 1 from a (0 applied, 1 skipped by version)" in out, out
     assert tenant_row(zones["b"], 7) == src

@@ -27,3 +27,19 @@ def applied_all_of_a(zones, meta, target: str = "b") -> None:
     finally:
         source.close()
         conn.close()
+
+
+def repair_from_a(zones, tenant_id: int):
+    """The operator copies zone a's row (name and version) over zone b's, not replicated;
+    returns a's row."""
+    src = tenant_row(zones["a"], tenant_id)
+    conn = zones["b"].connect("zonesync_app")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION skip_replication = 1")
+            cur.execute(
+                "UPDATE tenants SET name = %s, _zs_version = %s WHERE tenant_id = %s", (src[1], src[4], tenant_id)
+            )
+    finally:
+        conn.close()
+    return src

@@ -126,32 +126,23 @@ def add(
     part = transport.partition_of(table, text, partitions)
     keys = [(s, part) for s in sorted(sources)]
     writer.ensure_positions(keys)
-    for attempt in range(7):
-        conn = writer.connect()
-        try:
-            with conn.cursor() as cur:
-                held_from = _claim(cur, keys)
-                doc = {"manual": True, "held_from": {s: {"partition": part, **pos} for s, pos in held_from.items()}}
-                added = cur.execute(
-                    "INSERT IGNORE INTO zonesync.row_locks (table_name, pk, reason, first_event, held_events) "
-                    "VALUES (%s, %s, %s, %s, 0)",
-                    (table, text, f"manual lock: {reason}"[:500], json.dumps(doc, separators=(",", ":"))),
-                )
-                if not added:
-                    cur.execute(
-                        "SELECT reason FROM zonesync.row_locks WHERE table_name = %s AND pk = %s", (table, text)
-                    )
-                    (why,) = cur.fetchone()
-            conn.commit()
-            return (True, text) if added else (False, f"{table} {text} is locked already: {why}")
-        except pymysql.err.OperationalError as exc:
-            _rollback(writer)
-            if exc.args[0] not in (1205, 1213) or attempt == 6:
-                raise
-        except BaseException:
-            _rollback(writer)
-            raise
-    raise AssertionError("unreachable")
+
+    def attempt(conn) -> tuple[bool, str]:
+        with conn.cursor() as cur:
+            held_from = _claim(cur, keys)
+            doc = {"manual": True, "held_from": {s: {"partition": part, **pos} for s, pos in held_from.items()}}
+            added = cur.execute(
+                "INSERT IGNORE INTO zonesync.row_locks (table_name, pk, reason, first_event, held_events) "
+                "VALUES (%s, %s, %s, %s, 0)",
+                (table, text, f"manual lock: {reason}"[:500], json.dumps(doc, separators=(",", ":"))),
+            )
+            if not added:
+                cur.execute("SELECT reason FROM zonesync.row_locks WHERE table_name = %s AND pk = %s", (table, text))
+                (why,) = cur.fetchone()
+        conn.commit()
+        return (True, text) if added else (False, f"{table} {text} is locked already: {why}")
+
+    return _retried(writer, attempt)
 
 
 def resolve(
@@ -172,20 +163,34 @@ def resolve(
     on the applier's session (never published again), or the row is deleted when the
     source no longer has it. The held changes are older than that row: they are dropped."""
     text = key_text(writer, table, pk)
-    for attempt in range(7):
+    done = _retried(
+        writer,
+        lambda conn: _resolve(writer, conn, table, text, topic_of, bootstrap, drop_held, timeout, source_row),
+        also=_LockChanged,
+    )
+    if done is None:
+        raise _LockChanged(f"the lock of {table} {text} kept changing while it was being resolved")
+    return done
+
+
+def _retried(writer: ZoneWriter, attempt, also: type[Exception] | tuple = ()):
+    """`attempt(conn)` on a fresh connection of the writer, rolled back on any failure and
+    tried again after a lock wait timeout or a deadlock (and after `also`), 7 times at
+    most; the last deadlock is raised, None after the last `also`."""
+    for n in range(7):
         conn = writer.connect()
         try:
-            return _resolve(writer, conn, table, text, topic_of, bootstrap, drop_held, timeout, source_row)
-        except _LockChanged:
+            return attempt(conn)
+        except also:
             _rollback(writer)
         except pymysql.err.OperationalError as exc:
             _rollback(writer)
-            if exc.args[0] not in (1205, 1213) or attempt == 6:
+            if exc.args[0] not in (1205, 1213) or n == 6:
                 raise
         except BaseException:
             _rollback(writer)
             raise
-    raise _LockChanged(f"the lock of {table} {text} kept changing while it was being resolved")
+    return None
 
 
 def _resolve(writer, conn, table, text, topic_of, bootstrap, drop_held, timeout, source_row=None) -> Resolved:
