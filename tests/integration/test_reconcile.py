@@ -5,32 +5,16 @@ its positions); `zonesync reconcile` compares them and alerts a difference."""
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
-from tests.support.replication import ZONES, alerts, wait_converged
+from tests.support.replication import ZONES, alerts, settled_reconciliation, wait_converged
 from zonesync import cli
-from zonesync.apply.reconcile import MISMATCH, OK, reconcile
+from zonesync.apply.reconcile import OK
 
 pytestmark = pytest.mark.integration
 
 OWNED = {"a": range(0, 400), "b": range(400, 800), "c": range(800, 1024)}
-
-
-def _settled(meta, zones, target: str, timeout: float = 10) -> list:
-    """The reconciliation once every partition is comparable (the replicators' idle
-    checkpoints reach what the target applied)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        conn = zones[target].connect()
-        try:
-            rows = reconcile(meta, conn)
-        finally:
-            conn.close()
-        if all(r.status in (OK, MISMATCH) for r in rows) or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.2)
 
 
 def test_counts_agree_after_a_mixed_load_and_a_difference_is_alerted(cluster, guard_env, zones, meta, capsys):
@@ -46,7 +30,7 @@ def test_counts_agree_after_a_mixed_load_and_a_difference_is_alerted(cluster, gu
                     tx.delete("tenants", {"tenant_id": tenant})
     wait_converged(zones)
 
-    rows = _settled(meta, zones, "b")
+    rows = settled_reconciliation(meta, zones, "b")
     assert {r.source for r in rows} == {"a", "c"}
     assert all(r.status == OK for r in rows), [r for r in rows if r.status != OK]
     assert sum(r.published for r in rows) == sum(r.committed for r in rows) > 60, "every change counted once"

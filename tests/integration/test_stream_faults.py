@@ -8,8 +8,8 @@ import time
 import pytest
 
 from tests.support.fault_relay import FaultRelay
-from tests.support.replication import Cluster, checksum, reset_state
-from zonesync.apply.reconcile import OK, reconcile
+from tests.support.replication import Cluster, checksum, reset_state, settled_reconciliation
+from zonesync.apply.reconcile import OK
 from zonesync.dev import broker as broker_mod
 
 pytestmark = pytest.mark.integration
@@ -126,16 +126,7 @@ def test_duplicate_is_skipped_without_a_resend(faulty, guard_env, zones, meta):
 
 
 def _counts_agree(meta, zones) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        conn = zones["b"].connect()
-        try:
-            rows = [r for r in reconcile(meta, conn, ["a"])]
-        finally:
-            conn.close()
-        if all(r.status == OK for r in rows) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    rows = settled_reconciliation(meta, zones, "b", ["a"])
     assert rows and all(r.status == OK for r in rows), rows
 
 

@@ -182,3 +182,20 @@ def insert_tenants(conn, first: int, count: int) -> None:
                 "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (%s, 'x', 1, %s)",
                 (tenant, tenant + 1),
             )
+
+
+def settled_reconciliation(meta, zones, target: str, sources=None, timeout: float = 10) -> list:
+    """`zonesync reconcile`'s rows for a target zone once every partition is comparable (the
+    replicators' idle checkpoints reach what the target applied), or at the timeout."""
+    from zonesync.apply.reconcile import MISMATCH, OK, reconcile
+
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = zones[target].connect()
+        try:
+            rows = reconcile(meta, conn, sources)
+        finally:
+            conn.close()
+        if all(r.status in (OK, MISMATCH) for r in rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)
