@@ -1,7 +1,10 @@
 """Binlog retention (S001-06, Pegasus's delay GC): safe-purge removes only files that
 no consumer can need again, the slowest target zone holds the rest, and naming a
 still-needed file is refused. By age (S002-09): only files both old enough and safe go,
-the old-enough ones a consumer needs are kept and reported, bad values are refused."""
+the old-enough ones a consumer needs are kept and reported, bad values are refused.
+With real workers (S001-07): the file an applier that stopped behind still needs survives
+`zonesync binlog safe-purge` while another applier is past it, and after the broker lost
+the topics that applier's resend is served from that file."""
 
 from __future__ import annotations
 
@@ -10,9 +13,18 @@ import time
 
 import pytest
 
-from tests.support.replication import reset_state
-from zonesync import cli
+from tests.support.replication import (
+    Cluster,
+    alerts,
+    checksum,
+    insert_tenants,
+    latest_checkpoint,
+    reset_state,
+    wait_converged,
+)
+from zonesync import cli, transport
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
+from zonesync.capture.event import file_number, pk_text
 from zonesync.capture.purge import closed_at, needed_file, safe_purge
 
 pytestmark = pytest.mark.integration
@@ -24,9 +36,9 @@ def _files(conn) -> list[str]:
         return [r[0] for r in cur.fetchall()]
 
 
-def _rotate(conn, n: int, apart: float = 0.0) -> list[tuple[str, int]]:
-    """n fresh binlog files, one row in each, opened `apart` seconds after one another;
-    the position after each file's row."""
+def _rotate(conn, n: int, apart: float = 0.0, rows: int = 1) -> list[tuple[str, int]]:
+    """n fresh binlog files, `rows` rows in each (one transaction: tenants 900000 + i * rows ..),
+    opened `apart` seconds after one another; the position after each file's rows."""
     out = []
     with conn.cursor() as cur:
         for i in range(n):
@@ -34,8 +46,8 @@ def _rotate(conn, n: int, apart: float = 0.0) -> list[tuple[str, int]]:
                 time.sleep(apart)
             cur.execute("FLUSH BINARY LOGS")
             cur.execute(
-                "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (%s, 'p', 1, 1)",
-                (900_000 + i,),
+                "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) VALUES "
+                + ",".join(f"({900_000 + i * rows + k}, 'p', 1, 1)" for k in range(rows))
             )
             cur.execute("SHOW MASTER STATUS")
             f, pos = cur.fetchone()[:2]
@@ -192,3 +204,98 @@ def test_age_purge_refuses_bad_values(zones, meta, capsys, args, names):
         assert _files(conn) == before, "nothing purged"
     finally:
         conn.close()
+
+
+def _wait(cond, what: str, timeout: float = 30.0, step: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while not (value := cond()):
+        assert time.monotonic() < deadline, what
+        time.sleep(step)
+    return value
+
+
+def _reported(meta, target: str) -> dict[int, int]:
+    """The applied LSN per partition of a -> target, as the target's applier last reported it."""
+    rows, _ = meta.run(
+        "SELECT partition_no, applied_lsn FROM apply_lag WHERE source_zone = 'a' AND target_zone = %s", (target,)
+    )
+    return {int(p): int(lsn) for p, lsn in rows}
+
+
+def _committed(inst) -> dict[int, int]:
+    """The applied LSN per partition of a, as the target zone committed it (apply_state)."""
+    with inst.connect().cursor() as cur:
+        cur.execute("SELECT partition_no, applied_lsn FROM zonesync.apply_state WHERE source_zone = 'a'")
+        return {int(p): int(lsn) for p, lsn in cur.fetchall()}
+
+
+def test_a_stopped_appliers_file_survives_the_purge_and_serves_its_resend(zones, meta, broker, test_cfg, capsys):
+    """S001-07: zone a's replicator and the appliers of b and c run for real. c stops after
+    the first rows (applied Y); a's binlog rotates three times with rows in each file, which
+    the replicator publishes and checkpoints (X > Y) and b applies. `zonesync binlog
+    safe-purge --zone a` keeps the file c's resend from Y would start in (naming c), though
+    b is past every file; the files before it go. Then the broker loses the topics (the
+    workers restart on fresh, empty ones) and new rows are written: c finds the gap after Y,
+    asks a resend, the replicator serves it from the kept file, and all zones converge."""
+    reset_state(zones, meta)
+    conn = zones["a"].connect()
+    conn.autocommit(True)
+    clusters: list[Cluster] = []
+    try:
+        first = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=2)
+        clusters.append(first)
+        first.start(which=("replicator",), zones=("a",))
+        first.start(which=("applier",), zones=("b", "c"))
+        first.wait_started()
+        chain_start = latest_checkpoint(meta, "a").log_file
+        with conn.cursor() as cur:
+            cur.execute("FLUSH BINARY LOGS")  # the chain's start stays behind, in a file nobody needs
+        insert_tenants(conn, 1, 20)
+        _wait(lambda: checksum(zones["b"]) == checksum(zones["c"]) == checksum(zones["a"]), "b and c applied 1..20")
+        # c's report is what safe-purge reads: stop c once it reported what it committed
+        y = _wait(lambda: (done := _committed(zones["c"])) == _reported(meta, "c") and done, "c reported its position")
+        first.stop("applier-c")
+        assert sorted(y) == [0, 1] and all(y.values()), y
+
+        rotated = [f for f, _ in _rotate(conn, 3, rows=8)]  # f1, f2, f3: the rows c lacks
+        assert {transport.partition_of("tenants", pk_text({"tenant_id": 900_000 + k}), 2) for k in range(8)} == {0, 1}
+
+        def b_past_everything():
+            cp = latest_checkpoint(meta, "a")
+            return cp.log_file == rotated[-1] and _reported(meta, "b") == {p: cp.partition_lsns.get(p) for p in (0, 1)}
+
+        _wait(b_past_everything, "b applied and reported every row of f3")
+
+        code, out = _purge(capsys)  # zonesync binlog safe-purge --zone a
+        assert code == 0 and out.startswith("purged binlogs before "), out
+        kept = out.split()[3]
+        files = _files(conn)
+        assert files[0] == kept, f"the server holds {files}, the command kept {kept}"
+        assert "held by zone c partition" in out and any(f"(applied LSN {lsn})" in out for lsn in y.values()), out
+        assert file_number(kept) <= file_number(rotated[0]), "c's file survives, though b needs only f3"
+        assert set(rotated) <= set(files) and chain_start not in files, "the files before it went"
+
+        # the broker lost the topics: every worker restarts on fresh, empty ones
+        first.stop()
+        second = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=2)
+        clusters.append(second)
+        second.start(which=("replicator",), zones=("a",))
+        second.start(which=("applier",), zones=("b", "c"))
+        insert_tenants(conn, 100, 10)  # c sees the gap after Y in the first of them
+        wait_converged(zones, ("tenants",), timeout=60)
+        requests, _ = meta.run(
+            "SELECT partition_no, from_lsn, status, detail FROM resend_requests "
+            "WHERE source_zone = 'a' AND target_zone = 'c' ORDER BY id"
+        )
+        assert requests, "c asked for the rows after Y again"
+        assert all(status == "done" for _, _, status, _ in requests), requests
+        assert {int(p): int(lsn) for p, lsn, _, _ in requests} == {p: y[p] for p, _, _, _ in requests}
+        assert alerts(meta, "c", "partition_halted") == []
+        assert {r[0] for r in checksum(zones["c"])} >= {900_000 + k for k in range(24)}
+    finally:
+        for cluster in reversed(clusters):
+            cluster.stop()
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id >= 900000")
+        conn.close()
+        reset_state(zones, meta)
