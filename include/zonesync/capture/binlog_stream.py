@@ -34,7 +34,7 @@ from pymysql.constants import CR
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import BINLOG
-from pymysqlreplication.event import MariadbGtidEvent, XidEvent
+from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from zonesync.capture.event import DELETE, INSERT, UPDATE
@@ -311,3 +311,37 @@ def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
         return pos + 1, first
     size = {252: 2, 253: 3, 254: 8}[first]
     return pos + 1 + size, int.from_bytes(data[pos + 1 : pos + 1 + size], "little")
+
+
+def open_reader(rows: RowDecoder, source, server_id: int, holder: str, log_file: str, log_pos: int):
+    """The replicator's stream from (log_file, log_pos) of `source` (a SourceDB): blocking,
+    with heartbeats, registered under the lease holder's name, its schemas only."""
+    return LeanBinLogStreamReader(
+        row_decoder=rows,
+        connection_settings=source.settings(),
+        server_id=server_id,
+        report_slave=holder,
+        resume_stream=True,
+        log_file=log_file,
+        log_pos=log_pos,
+        blocking=True,
+        slave_heartbeat=0.25,
+        # A table map is parsed once per table id: a table's id changes with its
+        # definition (ALTER makes a new table share), and the library forgets every
+        # map at each binlog rotation (ids restart after a server restart, which
+        # always starts a new file). Re-parsing it for every transaction was half of
+        # the CPU of single-row transactions.
+        freeze_schema=True,
+        only_events=[
+            GtidEvent,
+            MariadbGtidEvent,
+            XidEvent,
+            QueryEvent,
+            RotateEvent,
+            HeartbeatLogEvent,
+            WriteRowsEvent,
+            UpdateRowsEvent,
+            DeleteRowsEvent,
+        ],
+        only_schemas=source.schemas,
+    )

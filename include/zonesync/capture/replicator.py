@@ -56,12 +56,13 @@ from __future__ import annotations
 import logging
 import time
 
-from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from zonesync import transport
+from zonesync.capture import resend_plan
 from zonesync.capture.binlog import registered_reader
-from zonesync.capture.binlog_stream import LeanBinLogStreamReader
+from zonesync.capture.binlog_stream import open_reader
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.capture.delivery import Delivery, last_published_lsn
 from zonesync.capture.event import (
@@ -247,7 +248,6 @@ class Replicator:
         return True
 
     def _pass(self, deadline: float | None) -> None:
-        resend_ids: list[int] = []
         if not self._settings_checked:
             self._check_settings()
         cp = self._start_checkpoint()
@@ -255,34 +255,11 @@ class Replicator:
         if other is not None:
             raise ServerIdClash(self.server_id, other)
         chain_partitions = sorted(cp.partition_lsns)
-        requests = resends.pending(self.meta, self.zone)
-        retry_partitions: set[int] | None = None
-        retry_until = cp.published_hwm
-        if requests:
-            starts = []
-            held = self.source.binlog_files()
-            for rid, part, from_lsn in requests:
-                found = self.store.for_resend(part, from_lsn)
-                if found is None or found.log_file not in held:
-                    # no way back to LSN from_lsn: never rewind into a purged file (that would
-                    # stop this zone's capture for every partition, retrying it)
-                    why = "no checkpoint re-reads" if found is None else f"binlog {found.log_file}, which re-reads"
-                    why = f"{why} LSN {from_lsn}{'' if found is None else ', was purged'}: needs full copy"
-                    resends.finish(self.meta, [rid], "failed", why)
-                    continue
-                starts.append(found)
-                resend_ids.append(rid)
-            if starts:
-                retry_partitions = {p for _, p, _ in requests}
-                retry_until = max(cp.published_hwm, max((c.published_hwm for c in starts), default=0))
-                cp = min(starts, key=lambda c: c.lsn)
-                log.info(
-                    "replicator %s: resending partitions %s from %s:%s",
-                    self.zone,
-                    sorted(retry_partitions),
-                    cp.log_file,
-                    cp.log_pos,
-                )
+        plan = resend_plan.plan(self.meta, self.zone, self.store, self.source.binlog_files, cp)
+        cp, resend_ids, retry_partitions, retry_until = plan.start, plan.request_ids, plan.partitions, plan.until
+        if resend_ids:
+            log.info("replicator %s: resending partitions %s from %s:%s",
+                     self.zone, sorted(retry_partitions), cp.log_file, cp.log_pos)  # fmt: skip
         partition_lsns = dict(cp.partition_lsns)
         # (None: the chain began before counting; its events are not counted, see 0007)
         partition_counts = None if cp.partition_counts is None else dict(cp.partition_counts)
@@ -325,35 +302,7 @@ class Replicator:
             # the topic's partition count, as the broker has it, then as meta recorded it
             topics.check_broker(producer, [self.topic], self.partitions)
             topics.claim(self.meta, self.zone, self.partitions, chain_partitions)
-            stream = LeanBinLogStreamReader(
-                row_decoder=self.rows,
-                connection_settings=self.source.settings(),
-                server_id=self.server_id,
-                report_slave=self.lease.holder,
-                resume_stream=True,
-                log_file=cp.log_file,
-                log_pos=cp.log_pos,
-                blocking=True,
-                slave_heartbeat=0.25,
-                # A table map is parsed once per table id: a table's id changes with its
-                # definition (ALTER makes a new table share), and the library forgets every
-                # map at each binlog rotation (ids restart after a server restart, which
-                # always starts a new file). Re-parsing it for every transaction was half of
-                # the CPU of single-row transactions.
-                freeze_schema=True,
-                only_events=[
-                    GtidEvent,
-                    MariadbGtidEvent,
-                    XidEvent,
-                    QueryEvent,
-                    RotateEvent,
-                    HeartbeatLogEvent,
-                    WriteRowsEvent,
-                    UpdateRowsEvent,
-                    DeleteRowsEvent,
-                ],
-                only_schemas=self.source.schemas,
-            )
+            stream = open_reader(self.rows, self.source, self.server_id, self.lease.holder, cp.log_file, cp.log_pos)
         except Exception:
             producer.flush(5)
             raise
