@@ -10,8 +10,8 @@ versions, nothing is locked, and nothing is dropped because A no longer owns the
 No zone forwards what it applied (the filter is by session, capture side).
 
 The second test takes the other arrival order in C (B's updates before A's late events),
-which a plain restart of C's applier produces now and then; it fails today (xfail): C
-locks the row instead of converging.
+which a plain restart of C's applier produces now and then: B's updates wait in C until
+A's late versions arrive (their old rows are newer than C's rows), then land.
 """
 
 from __future__ import annotations
@@ -183,25 +183,41 @@ def test_late_event_of_the_old_owner_is_applied_after_ownership_moved(cluster, g
     assert cluster.replicators["c"].published == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="product bug: an applier catching up on two sources applies them in fetch order; the new owner's "
-    "update of a row reaches c before the old owner's late event and locks the row (decide.py) instead of "
-    "waiting for it: the late event is then held, never applied",
-)
 def test_new_owners_update_reaching_c_before_the_late_event_still_converges(cluster, guard_env, zones, meta):
     """S000-48, the other arrival order: c's applier takes b's updates first (as a plain
     restart of c does now and then: the order of two sources' fetches is not fixed), then a's
-    late events. Expected as above: c ends with b's rows, nothing locked."""
+    late events. b's updates find c's rows behind their old rows (a's late versions have not
+    arrived): they wait, their partitions stopped, nothing locked (decide.py, "Waiting").
+    Once c reads a's stream too, a's late events land, then b's: c ends with b's rows."""
     after_a, after_b, _ = _late_events_in_flight(cluster, guard_env, zones, meta)
+    before = _rows(zones["c"])
+    assert before == {7: before[7], 8: before[8]} and before[7][0] == "born 7"
 
-    _catch_up(cluster, "c", ["b"], lambda: _caught_up(zones["c"], zones["a"], "b"), "c's applier takes b's stream")
+    b_only = _applier(cluster, "c", ["b"])
+    runner = threading.Thread(target=b_only.run, daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not b_only.stopped:
+            assert time.monotonic() < deadline, "b's updates wait in c for a's late versions"
+            time.sleep(0.05)
+        time.sleep(1.0)  # retried serially meanwhile: still waiting, still nothing written or locked
+        assert b_only.stopped
+        assert _rows(zones["c"]) == before, "neither of b's updates landed over rows behind their old rows"
+    finally:
+        b_only.stop()
+        runner.join(20)
+    assert not runner.is_alive()
+    assert alerts(meta, "c", "row_locked") == []
+
     cluster.start(which=("applier",), zones=("c",))
-    sums = wait_converged(zones, ("tenants",), timeout=10)
+    sums = wait_converged(zones, ("tenants",), timeout=20)
     assert _rows(zones["c"]) == after_b
     assert sums["tenants"]["a"] == sums["tenants"]["b"] == sums["tenants"]["c"]
-    assert alerts(meta, "c", "row_locked") == []
+    assert alerts(meta, "c", "row_locked") == [] and alerts(meta, "c", "partition_halted") == []
+    with zones["c"].connect().cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM zonesync.row_locks")
+        assert cur.fetchone()[0] == 0, "nothing locked in c"
 
 
 def _applied(inst, source: str) -> dict[int, int]:
@@ -209,10 +225,3 @@ def _applied(inst, source: str) -> dict[int, int]:
     with inst.connect().cursor() as cur:
         cur.execute("SELECT partition_no, applied_lsn FROM zonesync.apply_state WHERE source_zone = %s", (source,))
         return {int(p): int(lsn) for p, lsn in cur.fetchall()}
-
-
-def _caught_up(inst, like, source: str) -> bool:
-    """The zone's applier stands, in every partition of `source`'s stream, where zone
-    `like`'s does (`like` has applied all of it)."""
-    applied = _applied(inst, source)
-    return all(applied.get(p, 0) >= lsn for p, lsn in _applied(like, source).items())

@@ -21,7 +21,7 @@ from tests.support.events import change_event
 from tests.support.replication import Cluster, alerts, reset_state
 from zonesync import transport
 from zonesync.apply import progress
-from zonesync.apply.writer import UniqueConflict, ZoneWriter
+from zonesync.apply.writer import PartitionsStopped, ZoneWriter
 from zonesync.capture.event import DELETE, INSERT, UPDATE
 
 pytestmark = pytest.mark.integration
@@ -146,10 +146,10 @@ def test_a_value_taken_before_the_other_worker_freed_it_is_retried_not_merged_in
     z = change_event(lsn=25, prev_lsn=0, op=INSERT, table="uniq_rows", pk={"id": 3}, version=3, partition=2,
                      new=image(3, 8, "z", 3))  # fmt: skip
     w1.ensure_positions([("a", 1), ("a", 2)])
-    with pytest.raises(UniqueConflict) as caught:
+    with pytest.raises(PartitionsStopped) as caught:
         w2.apply_many([("a", [y]), ("a", [z])], [("a", 1, 20, 4, 0), ("a", 2, 25, 5, 0)])
-    ((source, partition, lsn, detail),) = caught.value.blocked
-    assert (source, partition, lsn) == ("a", 1, 20)
+    ((source, partition, lsn, detail, kind),) = caught.value.blocked
+    assert (source, partition, lsn, kind) == ("a", 1, 20, "unique")
     assert "Duplicate entry '5'" in detail and "uniq_rows" in detail
     assert caught.value.result.applied == 1, "the other partition's row committed"
     assert rows(conn) == {1: (5, "x"), 3: (8, "z")}, "X is untouched; Y is not written"
@@ -177,7 +177,7 @@ def test_a_stopped_partition_keeps_what_it_applied_before_the_conflict(uniq):
                          new=image(4, 9, "w", 2))  # fmt: skip
     second = change_event(lsn=20, prev_lsn=10, op=INSERT, table="uniq_rows", pk={"id": 2}, version=3, partition=1,
                           new=image(2, 5, "y", 3))  # fmt: skip
-    with pytest.raises(UniqueConflict):
+    with pytest.raises(PartitionsStopped):
         writer.apply_many([("a", [first, second])], [("a", 1, 20, 6, 0)])
     assert rows(conn) == {1: (5, "x"), 4: (9, "w")}
     assert state(conn)[1] == (10, 3, "running")

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.events import change_event
 from zonesync.apply.continuity import complete_prefix, filter_chain
-from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
+from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, WAIT, decide
 from zonesync.apply.merge import merge
 from zonesync.capture.event import (
     MAX_MESSAGE_BYTES,
@@ -306,8 +306,15 @@ def test_merged_changes_are_decided_by_their_rules(events, target, tomb, expect)
         (one(ev(1, 0, "insert", new=row(8))), None, 6, False, UPSERT),  # newer than the tombstone
         (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(5), None, False, UPSERT),
         (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(5, "changed"), None, False, LOCK),
-        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(4), None, False, LOCK),  # target behind
-        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), None, None, False, LOCK),  # row missing
+        # S000-48: the target behind the old row (a version from another source not yet arrived): wait
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(4), None, False, WAIT),
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), None, None, False, WAIT),  # its insert not yet
+        (one(ev(1, 0, "delete", old=row(5), version=6)), row(4, "other"), None, False, WAIT),
+        (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), None, 4, False, WAIT),  # re-inserted after 4
+        # ... but a row changed behind the applier's back is locked at once: at the old row's version
+        # (an unguarded write), or past it (a guarded one), or deleted at or after the old row's version
+        (one(ev(1, 0, "update", old=row(5), new=row(8, "x"))), row(6, "other"), None, False, LOCK),
+        (one(ev(1, 0, "update", old=row(5), new=row(8, "x"))), None, 5, False, LOCK),
         (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), None, 9, False, SKIP),  # deleted later
         (one(ev(1, 0, "update", old=row(5), new=row(6, "x"))), row(5), None, True, SKIP),  # locked row
         (one(ev(1, 0, "delete", old=row(5), version=6)), row(5), None, False, DELETE_ROW),

@@ -48,6 +48,10 @@ Protocol:
    one connection (both sides of a unique value's move in one serial
    transaction), and after `unique_conflict_timeout` seconds at the same event
    the partition halts with an alert: two rows hold the value for good.
+   A change whose row's earlier versions have not arrived from another source
+   (decide.py, "Waiting": ownership moved, and the new owner's update came
+   first) stops its partition the same way, serially retried until they arrive;
+   after `behind_timeout` seconds the row is locked instead (a data lock).
 5. Lag per (source, partition) goes to meta every second; `zonesync lag`.
 
 Any error (zone down, broker gone) drops the consumer and the connections and
@@ -66,8 +70,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from zonesync import transport
 from zonesync.apply.continuity import PartitionState, complete_prefix, filter_chain
+from zonesync.apply.lag_report import LagReport
 from zonesync.apply.partition_faults import PartitionFaults
-from zonesync.apply.writer import TableMissing, UniqueConflict, ZoneWriter
+from zonesync.apply.rounds import Rounds
+from zonesync.apply.writer import PartitionsStopped, TableMissing, ZoneWriter
 from zonesync.capture.event import ChangeEvent, EventError, decode_message
 from zonesync.meta import alerts, topics
 from zonesync.meta.db import META_DOWN, MetaConfig
@@ -79,7 +85,7 @@ GROUP_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 TXN_HOLD_ROWS = 50_000  # the replicator's large_txn_rows: a larger transaction is streamed
 
 
-class Applier(PartitionFaults):
+class Applier(Rounds, LagReport, PartitionFaults):
     def __init__(
         self,
         zone: str,
@@ -101,6 +107,7 @@ class Applier(PartitionFaults):
         group: bool = False,
         resend_wait: float = 30.0,
         txn_hold_timeout: float = 5.0,
+        behind_timeout: float = 10.0,
     ):
         self.zone = zone
         self.sources = sources
@@ -124,7 +131,10 @@ class Applier(PartitionFaults):
         self._held_since: dict[tuple[str, int], float] = {}
         self.resend_wait = resend_wait  # a served resend whose events have not arrived yet is waited for
         self._in_flight: deque = deque()  # (futures, shares) per round handed to the lanes, oldest first
-        self._unique_stops: dict[tuple[str, int], tuple[int, float]] = {}  # partition -> (LSN, since)
+        self.behind_timeout = behind_timeout
+        # partitions stopped before an event serial apply could not place: partition -> (LSN, since)
+        self._stops: dict[tuple[str, int], tuple[int, float]] = {}
+        self._expired_waits: set[tuple[str, int, int]] = set()  # (source, partition, LSN): lock, don't wait
         self._count_lock = threading.Lock()
         self._last_gc = 0.0
         self._source_of_topic = {topic_of(s): s for s in sources}
@@ -161,6 +171,7 @@ class Applier(PartitionFaults):
         w = getattr(self._local, "writer", None)
         if w is None:
             w = self.writer_factory()
+            w.expired_waits = self._expired_waits
             self._local.writer = w
             self._writers.append(w)
         return w
@@ -182,9 +193,9 @@ class Applier(PartitionFaults):
             except TableMissing as exc:  # retrying cannot help either: those partitions halt
                 self._close_writers()
                 self._halt_table_missing(exc)
-            except UniqueConflict as exc:  # the rest committed: retried serially, halted if it stays
+            except PartitionsStopped as exc:  # the rest committed: retried serially (partition_faults.py)
                 self._close_writers()
-                self._unique_conflict(exc)
+                self._partitions_stopped(exc)
             except Exception as exc:  # noqa: BLE001 - any failure: re-read state and start over
                 if self.stopping:
                     break
@@ -195,6 +206,11 @@ class Applier(PartitionFaults):
 
     def stop(self) -> None:
         self.stopping = True
+
+    @property
+    def stopped(self) -> dict[tuple[str, int], int]:
+        """(source zone, partition) -> the LSN it stands stopped before (serial retries)."""
+        return {key: lsn for key, (lsn, _) in self._stops.items()}
 
     def _take_over(self, keys: list[tuple[str, int]]) -> list[TopicPartition]:
         """Step 1 for `keys`: their positions from apply_state; where to consume them from."""
@@ -227,6 +243,7 @@ class Applier(PartitionFaults):
             self.state.pop(key, None)
             self._offsets.pop(key, None)
             self._held.pop(key, None)
+            self._stops.pop(key, None)
         consumer.unassign()
         log.info("applier %s: gave up partitions %s", self.zone, sorted(keys))
 
@@ -395,151 +412,3 @@ class Applier(PartitionFaults):
             events += len(batch)
             self._per_message[key] = len(batch)
         return events, delivered, []
-
-    def _run_round(self, lanes, in_flight: deque, failed: threading.Event, rounds: dict[int, list]) -> None:
-        """Hand one round to the workers (worker i's share to lane i), or apply it here.
-
-        The chains count as applied from now on for continuity (the next round's first
-        events follow them); their offsets and commit times are recorded when the round
-        committed (`_reap`). Weight levels (Otter's 权重): a level starts only when the
-        previous one committed in every worker, so rows of a heavier table (a child) never
-        land before the lighter ones (its parent) of the same round; such rounds run to
-        their commit before the loop goes on.
-        """
-        shares = list(rounds.values())
-        for share in shares:
-            for key, chain in share:
-                self.state[key].applied_lsn = chain[-1][0].lsn
-        small = sum(len(chain) for share in shares for _, chain in share) <= self.small_round
-        small = small or bool(self._unique_stops)  # one connection, one serial order (writer.py)
-        weights = self.table_weights
-        if (small or weights) and in_flight:
-            self._reap(in_flight, keep=0)  # the round below runs outside the lanes' order
-        if small:
-            # A small round is one transaction on one connection: in a quiet stream a round
-            # is a few events, and its latency (one commit, no hand-off) is what counts.
-            # Nothing is in flight, so this thread may apply any partition's chain.
-            self._apply_levels([[item for share in shares for item in share]])
-            self._committed(shares)
-            return
-        if weights:
-            self._apply_levels(shares, lanes)
-            self._committed(shares)
-            return
-        self._reap(in_flight, keep=self.rounds_in_flight - 1)
-        futures = [
-            lanes[lane].submit(self._lane_share, failed, _changes(share), _positions(share))
-            for lane, share in rounds.items()
-        ]
-        in_flight.append((futures, shares))
-
-    def _lane_share(self, failed: threading.Event, changes, positions) -> None:
-        if failed.is_set():
-            raise RuntimeError("an earlier share failed: later ones are not applied")
-        try:
-            self._apply_share(changes, positions)
-        except BaseException:
-            failed.set()
-            raise
-
-    def _reap(self, in_flight: deque, keep: int) -> None:
-        """Wait until at most `keep` rounds are in flight; record those that committed, in
-        order. A failed share re-raises here: the pass restarts from apply_state."""
-        while in_flight and (len(in_flight) > keep or all(f.done() for f in in_flight[0][0])):
-            futures, shares = in_flight.popleft()
-            for fut in futures:
-                fut.result()
-            self._committed(shares)
-
-    def _committed(self, shares) -> None:
-        for share in shares:
-            for key, chain in share:
-                last_event, last_offset = chain[-1]
-                self._offsets[key] = last_offset
-                self._last_commit_ts[key] = last_event.commit_ts
-                if key in self._unique_stops and last_event.lsn >= self._unique_stops[key][0]:
-                    del self._unique_stops[key]  # its stopped event is applied
-
-    def _apply_levels(self, shares: list[list], lanes=None) -> None:
-        """Apply shares to their commit: level by level (one level without weights),
-        each level's shares in parallel on the lanes, positions with the last level."""
-        weights = self.table_weights
-        # without weights every table is level 0: no need to look at each event for it
-        levels = [0]
-        if weights:
-            levels = sorted({weights.get(e.table, 0) for share in shares for _, ch in share for e, _ in ch})
-        for i, level in enumerate(levels):
-            last = i == len(levels) - 1
-            work = []
-            for share in shares:
-                if len(levels) == 1:
-                    changes, positions = _changes(share), _positions(share)
-                else:
-                    changes = [
-                        (key[0], [e for e, _ in chain if weights.get(e.table, 0) == level]) for key, chain in share
-                    ]
-                    changes = [c for c in changes if c[1]]
-                    positions = _positions(share) if last else []
-                if changes or positions:
-                    work.append((changes, positions))
-            if len(work) == 1 or lanes is None:  # one share (a quiet round): no hand-off to a thread
-                for w in work:
-                    self._apply_share(*w)
-                continue
-            for fut in [lanes[n % len(lanes)].submit(self._apply_share, *w) for n, w in enumerate(work)]:
-                fut.result()  # re-raises: the pass restarts from apply_state
-
-    def _apply_share(self, changes, positions) -> None:
-        result = self._writer().apply_many(changes, positions)
-        with self._count_lock:
-            self.applied += result.applied
-        for source, table, pk, reason in result.locked:
-            self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
-
-    def _report_lag(self, consumer) -> None:
-        rows = []
-        now = time.time()
-        for (source, partition), st in self.state.items():
-            try:
-                # the high watermark the last fetch brought (no broker round trip); a
-                # partition nothing was fetched from yet reports a negative one: skip it
-                _, high = consumer.get_watermark_offsets(TopicPartition(self.topic_of(source), partition), cached=True)
-                if high < 0:
-                    continue
-            except Exception:  # noqa: BLE001 - lag is best effort
-                continue
-            # Kafka counts messages; a message holds one event or a burst of them: the
-            # events behind are estimated by the size of the last message read from it
-            messages = max(0, high - (self._offsets.get((source, partition), -1) + 1))
-            behind = messages * self._per_message.get((source, partition), 1)
-            last_ts = self._last_commit_ts.get((source, partition))
-            seconds = 0.0 if behind == 0 or last_ts is None else max(0.0, now - last_ts)
-            rows.append((source, self.zone, partition, st.applied_lsn, behind, seconds))
-        if rows:
-            self.meta_outage.call(self._write_lag, rows)
-
-    def _write_lag(self, rows: list[tuple]) -> None:
-        conn = self.meta.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO apply_lag (source_zone, target_zone, partition_no, applied_lsn, behind_events, "
-                    "behind_seconds) VALUES (%s,%s,%s,%s,%s,%s) ON DUPLICATE KEY UPDATE applied_lsn = "
-                    "VALUES(applied_lsn), behind_events = VALUES(behind_events), behind_seconds = "
-                    "VALUES(behind_seconds), updated_at = NOW(6)",
-                    rows,
-                )
-        finally:
-            conn.close()
-
-
-def _changes(share) -> list:
-    """A worker's share as the writer takes it: (source zone, events) per partition."""
-    return [(key[0], [e for e, _ in chain]) for key, chain in share]
-
-
-def _positions(share) -> list:
-    """(source zone, partition, last LSN, its Kafka offset, the LSN the chain starts after,
-    the chain's events) per partition of a share: the writer records the first four and
-    adds the count (for `zonesync reconcile`) once it has checked where the chain starts."""
-    return [(key[0], key[1], chain[-1][0].lsn, chain[-1][1], chain[0][0].prev_lsn, len(chain)) for key, chain in share]

@@ -10,7 +10,7 @@ put the right way round):
 - A change that starts with an update or delete carries the old row: it lands
   only when the target row is exactly that old row. Otherwise the row was
   changed behind the applier's back, or a change was lost: lock it, skip it,
-  and say why.
+  and say why. Except when the target is behind that old row (see "Waiting").
 - A change that starts with an insert lands when the key is free (no row, and
   no tombstone at its version or newer). When the key is taken, see "Inserts
   meeting a row" below: never an update of another entity's row.
@@ -47,6 +47,20 @@ another zone's write the source had applied). Against a target row T:
    images (not a state of this row the source built on). The row keeps T; the
    change and later ones are held until `zonesync locks resolve`.
 
+Waiting (S000-48, the seed's 数据锁定 judged across sources): an update or delete
+whose old row is newer than the target row (target version < old row's version),
+or whose row the target lacks with no tombstone at or above the old row's version,
+did not meet a row changed behind the applier's back: the target has not yet
+received the versions in between, and they come from another source zone's stream
+(ownership moved: b's update of a row reaches c before a's last update of it).
+Locking there would lock a row that converges a moment later. The answer is WAIT:
+the writer stops that partition just before the event and retries it (serially,
+in source order, unique_keys.py), and the applier locks the row only if the
+versions between have still not arrived after `behind_timeout` (applier.py). A
+change behind the applier's back cannot look like this: a guarded write makes the
+version newer than the replicated one, and an unguarded write leaves it as it was
+(equal: lock at once).
+
 A re-insert after a delete meets no row (the delete went first: same partition,
 in order), or, merged with its delete (delete + insert), is checked as the delete
 is: by the deleted row's old image.
@@ -59,7 +73,7 @@ from dataclasses import dataclass
 from zonesync.apply.merge import NetChange
 from zonesync.capture.event import INSERT
 
-UPSERT, DELETE_ROW, TOMBSTONE, SKIP, LOCK = "upsert", "delete", "tombstone", "skip", "lock"
+UPSERT, DELETE_ROW, TOMBSTONE, SKIP, LOCK, WAIT = "upsert", "delete", "tombstone", "skip", "lock", "wait"
 
 
 @dataclass(frozen=True)
@@ -88,9 +102,18 @@ def decide(change: NetChange, target: dict | None, tombstone_version: int | None
     final = _PLAIN[UPSERT if change.new is not None else (DELETE_ROW if target is not None else TOMBSTONE)]
     if change.first_op == INSERT:
         return final
+    # (below: mismatches only; a row as the event expects it lands at once)
     if target is None:
+        old_version = _stamp(change.old)[1]
+        if tombstone_version is None or tombstone_version < old_version:
+            return Action(WAIT, f"{change.first_op} of a row the target does not have yet (version {old_version})")
         return Action(LOCK, f"{change.first_op} of a row that is not in the target")
     if target != change.old:
+        have, expected = _stamp(target)[1], _stamp(change.old)[1]
+        if have < expected:
+            return Action(
+                WAIT, f"{change.first_op}: the target row (version {have}) is behind the event's old row ({expected})"
+            )
         diff = _diff(target, change.old)
         return Action(LOCK, f"{change.first_op}: target row differs from the event's old row in {diff}")
     return final

@@ -2,8 +2,10 @@
 
 A gap asks the source's replicator for a resend and halts the partition when resends
 do not repair it; a table the target lacks halts the partitions that carried it; a
-unique-key conflict serial order cannot place halts its partition after a while; and a
-halted partition set running again (`zonesync resume`) is taken back. In each case only
+unique-key conflict serial order cannot place halts its partition after a while; a
+change that waits for its row's earlier versions (another source's, not yet arrived)
+stops its partition until they come, or locks the row after a while; and a halted
+partition set running again (`zonesync resume`) is taken back. In each case only
 that partition stops, with an alert, and every other one goes on.
 """
 
@@ -14,7 +16,8 @@ import time
 
 from confluent_kafka import TopicPartition
 
-from zonesync.apply.writer import TableMissing, UniqueConflict
+from zonesync.apply.unique_keys import BEHIND
+from zonesync.apply.writer import PartitionsStopped, TableMissing
 
 log = logging.getLogger("zonesync.applier")
 
@@ -128,24 +131,34 @@ class PartitionFaults:
                 "partition_halted", {"source": source, "partition": partition, "table": exc.table, "detail": detail}
             )
 
-    def _unique_conflict(self, exc: UniqueConflict) -> None:
+    def _partitions_stopped(self, exc: PartitionsStopped) -> None:
         """What the writer committed is counted and its locks alerted; each stopped partition
-        is retried (the pass restarts from apply_state) until its event stays stopped for
-        `unique_conflict_timeout` seconds: then it halts with an alert."""
+        is retried (the pass restarts from apply_state) while its event stays stopped:
+        - waiting for its row's earlier versions (decide.py, "Waiting"), for up to
+          `behind_timeout` seconds; then the writer is told to lock that row
+          (`_expired_waits`) and the next attempt goes on past it;
+        - in conflict on a unique key, for up to `unique_conflict_timeout` seconds; then
+          the partition halts with an alert."""
         with self._count_lock:
             self.applied += exc.result.applied
         for source, table, pk, reason in exc.result.locked:
             self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
         now = time.monotonic()
-        for source, partition, lsn, detail in exc.blocked:
+        for source, partition, lsn, detail, kind in exc.blocked:
             key = (source, partition)
-            stop = self._unique_stops.get(key)
+            stop = self._stops.get(key)
             since = stop[1] if stop and stop[0] == lsn else now
-            if now - since < self.unique_conflict_timeout:
-                self._unique_stops[key] = (lsn, since)
+            timeout = self.behind_timeout if kind == BEHIND else self.unique_conflict_timeout
+            if now - since < timeout:
+                self._stops[key] = (lsn, since)
                 log.warning("applier %s: %s: retrying serially", self.zone, detail)
                 continue
-            self._unique_stops.pop(key, None)
+            if kind == BEHIND:
+                self._stops[key] = (lsn, since)  # still serial: the next attempt locks the row
+                self._expired_waits.add((source, partition, lsn))
+                log.warning("applier %s: %s: waited %g s: locking the row", self.zone, detail, timeout)
+                continue
+            self._stops.pop(key, None)
             detail = (
                 f"{detail}: still in conflict after {self.unique_conflict_timeout:g} s; another row holds the value "
                 f"in the target: change or remove it, then `zonesync resume --zone {self.zone} --source {source} "

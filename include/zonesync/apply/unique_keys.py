@@ -1,4 +1,5 @@
-"""Unique-key conflicts (S003-22): the batch again, one event at a time, in source order.
+"""Serial apply: the batch again, one event at a time, in source order, for unique-key
+conflicts (S003-22) and for changes that wait for their row's earlier versions (S000-48).
 
 A unique secondary value that moves between rows (X.u 5 -> 6, then Y.u = 5)
 meets itself twice when the moves are applied out of the source's order: merged
@@ -24,13 +25,21 @@ Failure cases:
   there. The transaction is rolled back and built again without that partition's
   events from that one on, so everything else commits, with that partition's
   position just before it (its Kafka offset left where it was: its messages are
-  read again, and what was applied is skipped by LSN). Then UniqueConflict is
-  raised, carrying what was applied and the stopped partitions; the applier
+  read again, and what was applied is skipped by LSN). Then PartitionsStopped
+  is raised, carrying what was applied and the stopped partitions; the applier
   applies its next rounds whole on one connection (both sides of a move made on
   different workers are then in one serial transaction), and halts a partition
   whose event stays in conflict (applier.py). Never dropped, never a data lock:
   the row that holds the value is not this change's row, and locking either would
   not free it.
+- An event waits for versions of its row that another source has not delivered
+  (decide.py, "Waiting": the target row is behind the event's old row): its
+  partition stops there the same way. In source order, the other source's
+  earlier events of the row go first whenever they are in the batch, so only a
+  version that has not arrived at all stops a partition. The applier retries
+  and, once the stop outlived `behind_timeout`, names the event in the writer's
+  `expired_waits`: the next attempt locks the row (a data lock, alerted) and
+  goes on.
 - A duplicate primary key in serial order (a local insert of the key since the
   read) is the race of any insert: the attempt is made again, reading first (three
   times at most, then the error is raised).
@@ -40,13 +49,13 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pymysql
 
 from zonesync.apply import apply_state, data_locks, target_rows, tombstones
 from zonesync.apply.batch_result import BatchResult
-from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, UPSERT, decide
+from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, UPSERT, WAIT, Action, decide
 from zonesync.apply.literals import literal_function
 from zonesync.apply.merge import NetChange, merge
 from zonesync.apply.statements import ApplyError, inserts, key_condition, q, send_numbered, upserts
@@ -58,14 +67,33 @@ if TYPE_CHECKING:
 log = logging.getLogger("zonesync.writer")
 
 
-class UniqueConflict(ApplyError):
-    """Serial apply in source order left events in conflict on a unique key (see above).
-    Everything else of the batch is committed: `result` counts it; each of `blocked`
-    (source zone, partition, LSN, detail) stopped just before that event."""
+UNIQUE, BEHIND = "unique", "behind"  # why a partition stopped
 
-    def __init__(self, result: BatchResult, blocked: list[tuple[str, int, int, str]]):
-        super().__init__("; ".join(detail for *_, detail in blocked))
+
+class Stop(NamedTuple):
+    source: str
+    partition: int
+    lsn: int  # the event it stopped before
+    detail: str
+    kind: str  # UNIQUE: a unique value another row holds; BEHIND: the row's earlier versions
+
+
+class PartitionsStopped(ApplyError):
+    """Serial apply in source order stopped partitions before events it could not place
+    (see above). Everything else of the batch is committed: `result` counts it; each of
+    `blocked` stopped just before its event."""
+
+    def __init__(self, result: BatchResult, blocked: list[Stop]):
+        super().__init__("; ".join(stop.detail for stop in blocked))
         self.result, self.blocked = result, blocked
+
+
+class _Wait(Exception):
+    """An event of a serial attempt waits for its row's earlier versions (rolled back by the caller)."""
+
+    def __init__(self, source: str, event: ChangeEvent, reason: str):
+        super().__init__(reason)
+        self.source, self.event, self.reason = source, event, reason
 
 
 class _Duplicate(Exception):
@@ -77,13 +105,23 @@ class _Duplicate(Exception):
 
 
 def apply_serial(writer: ZoneWriter, conn, changes, positions) -> BatchResult:
-    """The batch one event at a time, in source order: the result, or UniqueConflict once
+    """The batch one event at a time, in source order: the result, or PartitionsStopped once
     the rest is committed."""
-    stops: dict[tuple[str, int], tuple[int, str]] = {}  # (source, partition) -> (LSN, why)
+    stops: dict[tuple[str, int], tuple[int, str, str]] = {}  # (source, partition) -> (LSN, why, kind)
     races = 0
     while True:
         try:
             result = _attempt(writer, conn, changes, positions, stops)
+        except _Wait as wait:
+            writer.rollback(conn)
+            e = wait.event
+            stops[(wait.source, e.partition)] = (
+                e.lsn,
+                f"{e.table} {pk_text(e.pk)} (source {wait.source}, partition {e.partition}, LSN {e.lsn}): "
+                f"{wait.reason}",
+                BEHIND,
+            )
+            continue
         except _Duplicate as dup:
             writer.rollback(conn)
             e, message = dup.event, str(dup.error.args[1] if len(dup.error.args) > 1 else dup.error)
@@ -97,12 +135,13 @@ def apply_serial(writer: ZoneWriter, conn, changes, positions) -> BatchResult:
                 e.lsn,
                 f"unique key conflict in {e.table}: {message}, writing {e.op} of {pk_text(e.pk)} (source "
                 f"{source}, partition {e.partition}, LSN {e.lsn}), in source order",
+                UNIQUE,
             )
             continue
         if stops:
             for why in stops.values():
                 log.warning("%s: that partition stopped before it, the rest of the batch committed", why[1])
-            raise UniqueConflict(result, [(s, p, lsn, why) for (s, p), (lsn, why) in stops.items()])
+            raise PartitionsStopped(result, [Stop(s, p, *stop) for (s, p), stop in stops.items()])
         return result
 
 
@@ -142,6 +181,10 @@ def _attempt(writer: ZoneWriter, conn, changes, positions, stops) -> BatchResult
             state = rows[(e.table, change.pk_text)]
             target = state[0]
             action = decide(change, target, state[1], state[2])
+            if action.kind == WAIT:
+                if (source, e.partition, e.lsn) not in writer.expired_waits:
+                    raise _Wait(source, e, action.reason)
+                action = Action(LOCK, f"{action.reason}, and the versions between did not arrive in time")
             name = lit(e.table)
             event_writes: list[str] = []
             if action.kind in (SKIP, LOCK):

@@ -10,17 +10,24 @@ upsert of a new key whose unique value another row holds would rewrite that
 other row into this one (its primary key included). Deletes go first, then the
 updates, then the inserts: a value freed by a delete or an update is free
 before a new row takes it. A unique value that still meets itself is the serial
-retry's (unique_keys.py).
+retry's (unique_keys.py), and so is a change that must wait for versions another
+source has not delivered yet (decide.py, "Waiting": WaitForVersions).
 """
 
 from __future__ import annotations
 
 from zonesync.apply import data_locks, tombstones
 from zonesync.apply.batch_result import BatchResult
-from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
+from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, WAIT, decide
 from zonesync.apply.merge import NetChange
 from zonesync.apply.statements import inserts, key_condition, q, upserts
 from zonesync.capture.event import decode_row
+
+
+class WaitForVersions(Exception):
+    """A change of the batch waits for versions of its row from another source (decide.py,
+    "Waiting"): the writer rolls back and applies the batch serially, which stops that
+    change's partition just before it (unique_keys.py)."""
 
 
 def plan_writes(
@@ -46,6 +53,8 @@ def plan_writes(
     for change, key in zip(changes, keys, strict=True):
         target = targets.get(change.pk_text)
         action = decide(change, target, tombstone_versions.get(change.pk_text), change.pk_text in locks)
+        if action.kind == WAIT:
+            raise WaitForVersions(f"{table} {change.pk_text}: {action.reason}")
         if action.kind == SKIP:
             result.skipped += change.events
             if change.pk_text in locks:

@@ -28,8 +28,13 @@ What goes wrong, and what the writer does then (apply_many):
 - a read-first write meets a unique value twice (a value moving between rows,
   applied out of the source's order): roll back, apply it again one event at a
   time in source order; what that cannot place stops its partition there and
-  raises UniqueConflict once the rest is committed ("Unique keys", S003-22:
+  raises PartitionsStopped once the rest is committed ("Unique keys", S003-22:
   unique_keys.py);
+- a change waits for versions of its row that another source has not delivered
+  yet (decide.py, "Waiting"): roll back, apply it again serially, which stops
+  that partition just before the change and raises PartitionsStopped once the
+  rest is committed; the applier retries, and locks the row if the versions do
+  not arrive in time (`expired_waits`);
 - a deadlock or a lock-wait timeout: the whole transaction again;
 - a server that refuses LOAD DATA LOCAL: INSERTs from then on (load_data.py);
 - a table the target lacks, or a stale position: raised, nothing written.
@@ -48,17 +53,17 @@ from zonesync.apply.literals import literal_function
 from zonesync.apply.merge import NetChange, merge
 from zonesync.apply.new_rows import NotAllNew
 from zonesync.apply.statements import ApplyError, send
-from zonesync.apply.unique_keys import UniqueConflict, apply_serial
-from zonesync.apply.write_plan import plan_writes
+from zonesync.apply.unique_keys import PartitionsStopped, apply_serial
+from zonesync.apply.write_plan import WaitForVersions, plan_writes
 from zonesync.capture.event import INSERT, ChangeEvent, decode_row
 
 # Importable from here, where the applier, the CLI and the tests have always found them.
 __all__ = [
     "ApplyError",
     "BatchResult",
+    "PartitionsStopped",
     "StalePosition",
     "TableMissing",
-    "UniqueConflict",
     "ZoneWriter",
     "lock_list",
 ]
@@ -85,6 +90,9 @@ class ZoneWriter:
         # read first (a hint only: correctness comes from asking after the INSERT).
         self._marked: set[str] = set()
         self._load = True  # new rows as LOAD DATA (load_data.py), until a server refuses it
+        # (source zone, partition, LSN) of events that waited too long for their row's
+        # earlier versions: serial apply locks their row instead of waiting (the applier's set)
+        self.expired_waits: set[tuple[str, int, int]] = set()
 
     def connect(self):
         if self.conn is None:
@@ -171,6 +179,9 @@ class ZoneWriter:
             except NotAllNew:
                 self.rollback(conn)
                 read_first = True
+            except WaitForVersions:
+                self.rollback(conn)
+                serial = read_first = True
             except pymysql.err.IntegrityError as exc:
                 self.rollback(conn)
                 if exc.args[0] != 1062 or serial:
