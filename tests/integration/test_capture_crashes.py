@@ -20,10 +20,7 @@ and applies the part that arrived. What must hold:
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import subprocess
-import sys
 import time
 
 import msgspec
@@ -33,7 +30,6 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.support import replicator_process
 from tests.support.binlog import position
 from tests.support.replication import (
-    ZONE_IDS,
     Cluster,
     alerts,
     checksum,
@@ -53,51 +49,6 @@ BIG_INSERTS = 4000  # tenants 100001..104000, inserted by the large transaction
 BIG_ROWS = BIG_INSERTS + PRE  # it also updates the PRE tenants
 POST = 3  # single-row updates after it
 THROTTLE = 0.05  # seconds after each message the first process produces
-
-# The child: tests.support.replicator_process with the large-transaction limit lowered and a
-# pause after each message produced (that module's own `throttle` wraps a method the
-# replicator no longer has).
-CHILD = """
-import json, sys, time
-from zonesync.capture import delivery, replicator
-limit, pause = int(sys.argv[2]), float(sys.argv[3])
-init = replicator.Replicator.__init__
-def lowered(self, *args, **kw):
-    init(self, *args, **kw)
-    self.large_txn_rows = limit
-replicator.Replicator.__init__ = lowered
-produce = delivery.Delivery.produce
-def slowed(self, partition, events):
-    produce(self, partition, events)
-    time.sleep(pause)
-delivery.Delivery.produce = slowed
-from tests.support import replicator_process
-replicator_process.main(json.loads(sys.argv[1]))
-"""
-
-
-def _spawn(cluster, log, throttle: float = 0.0) -> subprocess.Popen:
-    """Zone a's replicator as a process of its own, as replicator_process.spawn starts it, but
-    with large_txn_rows = LIMIT and `throttle` seconds after each message."""
-    spec = {
-        "zone": "a",
-        "zone_id": ZONE_IDS["a"],
-        "port": cluster.zones["a"].port,
-        "meta": dataclasses.asdict(cluster.meta),
-        "broker_file": str(cluster.broker_file),
-        "topic": cluster.topic("a"),
-        "partitions": cluster.partitions,
-        "server_id": 5000 + ZONE_IDS["a"],
-        "throttle": 0,
-    }
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-c", CHILD, json.dumps(spec), str(LIMIT), str(throttle)],
-            cwd=replicator_process.REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
 
 
 @pytest.fixture
@@ -204,7 +155,7 @@ def test_kill_9_while_a_large_transaction_is_streamed(mesh, zones, meta):
     watch = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": "capture-crash-watch"})
     try:
         cluster.start(which=("applier",), zones=("b",))
-        started.append(_spawn(cluster, log, throttle=THROTTLE))
+        started.append(replicator_process.spawn(cluster, "a", log, throttle=THROTTLE, large_txn_rows=LIMIT))
         _wait(lambda: _checkpoints(meta), "the replicator took its start position")
         with conn.cursor() as cur:
             for t in range(PRE):
@@ -259,7 +210,7 @@ def test_kill_9_while_a_large_transaction_is_streamed(mesh, zones, meta):
     with conn.cursor() as cur:  # written while no replicator runs
         for t in range(POST):
             cur.execute("UPDATE tenants SET name = 'post', _zs_version = 3 WHERE tenant_id = %s", (t,))
-    started.append(_spawn(cluster, log))
+    started.append(replicator_process.spawn(cluster, "a", log, large_txn_rows=LIMIT))
     _wait(lambda: checksum(zones["b"]) == checksum(zones["a"]), "b converged with a", timeout=60, step=0.2)
     rows = checksum(zones["b"])
     assert len(rows) == PRE + BIG_INSERTS

@@ -3,9 +3,10 @@ that kill -9 it.
 
 `spawn` starts `python -m tests.support.replicator_process SPEC`; the child builds the
 same Replicator as `Cluster.make_replicator` (private topic, server_id, meta, broker) and
-runs it until SIGTERM or SIGKILL. `throttle` sleeps that long after each message the
-replicator produces: a transaction of a few hundred-event messages then takes long enough
-to publish that a test can kill the process part-way through it. Nothing else changes.
+runs it until SIGTERM or SIGKILL. `throttle` sleeps that long after each partition's queue
+the replicator produces (a message or a few): a transaction of a few hundred-event
+messages then takes long enough to publish that a test can kill the process part-way
+through it. `large_txn_rows` lowers the large-transaction limit. Nothing else changes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def spawn(cluster, zone: str, log_path: Path, throttle: float = 0.0) -> subprocess.Popen:
+def spawn(
+    cluster, zone: str, log_path: Path, throttle: float = 0.0, large_txn_rows: int | None = None
+) -> subprocess.Popen:
     from tests.support.replication import ZONE_IDS
 
     spec = {
@@ -36,6 +39,7 @@ def spawn(cluster, zone: str, log_path: Path, throttle: float = 0.0) -> subproce
         "partitions": cluster.partitions,
         "server_id": 5000 + ZONE_IDS[zone],
         "throttle": throttle,
+        "large_txn_rows": large_txn_rows,
     }
     with open(log_path, "ab") as log:
         return subprocess.Popen(
@@ -65,6 +69,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def main(spec: dict) -> None:
+    from zonesync.capture import delivery
     from zonesync.capture.replicator import Replicator
     from zonesync.capture.source import SourceDB
     from zonesync.dev import broker as broker_mod
@@ -72,15 +77,17 @@ def main(spec: dict) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(name)s %(message)s")
     throttle = spec["throttle"]
+    if throttle:
+        produce = delivery.Delivery.produce
 
-    class Throttled(Replicator):
-        def _produce(self, producer, events, partition):
-            n = super()._produce(producer, events, partition)
-            time.sleep(throttle * n)
-            return n
+        def throttled(self, partition, events):  # every queue the replicator sends, then a pause
+            produce(self, partition, events)
+            time.sleep(throttle)
+
+        delivery.Delivery.produce = throttled
 
     broker_file = Path(spec["broker_file"])
-    replicator = (Throttled if throttle else Replicator)(
+    replicator = Replicator(
         spec["zone"],
         spec["zone_id"],
         SourceDB("127.0.0.1", spec["port"], "root", "", ["zonesync_app"]),
@@ -90,6 +97,8 @@ def main(spec: dict) -> None:
         bootstrap=lambda: broker_mod.read_info(broker_file)["bootstrap"],
         topic_of=lambda zone: spec["topic"],
     )
+    if spec.get("large_txn_rows"):
+        replicator.large_txn_rows = spec["large_txn_rows"]
     signal.signal(signal.SIGTERM, lambda *_: replicator.stop())
     replicator.run()
 
