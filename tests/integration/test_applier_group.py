@@ -17,7 +17,7 @@ import pytest
 
 from tests.support import applier_process
 from tests.support.background import Background, wait_until
-from tests.support.replication import checksum
+from tests.support.replication import checksum, settled_reconciliation
 
 pytestmark = pytest.mark.integration
 
@@ -150,3 +150,35 @@ def test_a_worker_hung_past_its_session_never_commits_over_the_new_owner(zone_a_
         os.kill(child.pid, signal.SIGCONT)
         child.kill()
         child.wait(10)
+
+
+def test_a_worker_restarted_within_the_session_takes_partitions_back_and_applies_nothing_twice(
+    zone_a_alone, zones, meta
+):
+    """S003-34 (a normal deploy): a worker stops (SIGTERM: its rounds in flight commit and it
+    leaves the group) and a new process of it starts at once. Its partitions move to the
+    live worker and are shared again when it is back; every event is applied exactly once:
+    the events apply_state counts per partition equal what the replicator published
+    (`zonesync reconcile`), so no batch was applied by both workers or twice by one."""
+    from zonesync.apply.reconcile import OK
+
+    conn, cluster = zone_a_alone
+    every, child, survivor = _a_child_and_a_thread(cluster)
+    restarted = None
+    try:
+        with Load(conn):
+            time.sleep(2)
+            child.terminate()
+            child.wait(20)
+            restarted = applier_process.spawn(cluster, "b")
+            wait_until(lambda: _owned(survivor) != every and _owned(survivor), 40, "the restarted worker is back")
+            time.sleep(2)
+        _converged(zones)
+        rows = settled_reconciliation(meta, zones, "b", ["a"], timeout=20)
+        assert rows and all(r.status == OK for r in rows), rows
+        assert sum(r.committed for r in rows) == sum(r.published or 0 for r in rows) > 0
+    finally:
+        for proc in (child, restarted):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

@@ -2,13 +2,15 @@
 
     python -m tests.support.applier_process ZONE DB_PORT PARTITIONS TOPIC_PREFIX BROKER_FILE
 (meta from ZONESYNC_META_URL; sources are the other zones of tests.support.replication).
-Runs in group mode (a member of the zone's consumer group) until killed.
+Runs in group mode (a member of the zone's consumer group) until killed, or until SIGTERM
+(a clean stop: rounds in flight commit, and it leaves the group).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +46,7 @@ if __name__ == "__main__":
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s child %(name)s: %(message)s")
     zone, port, partitions, prefix, broker_file = sys.argv[1:6]
-    Applier(
+    applier = Applier(
         zone,
         [z for z in ZONES if z != zone],
         lambda: ZoneWriter("127.0.0.1", int(port), "root", "", "zonesync_app"),
@@ -53,4 +55,6 @@ if __name__ == "__main__":
         bootstrap=lambda: broker_mod.read_info(Path(broker_file))["bootstrap"],
         topic_of=lambda z: f"{prefix}.zonesync.{z}.changes",
         group=True,
-    ).run()
+    )
+    signal.signal(signal.SIGTERM, lambda *_: applier.stop())
+    applier.run()
