@@ -112,10 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     topic.add_argument("--partitions", type=int, default=32)
     topic.set_defaults(func=cmd_dev_topic)
 
-    from zonesync import cli_meta, cli_replication, cli_switch
+    from zonesync import cli_locks, cli_meta, cli_replication, cli_switch
 
     cli_meta.register(sub)
     cli_replication.register(sub)
+    cli_locks.register(sub)
     cli_switch.register(sub)
     return parser
 

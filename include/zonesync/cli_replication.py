@@ -1,8 +1,8 @@
-"""`zonesync replicate | apply | lag | locks | reconcile | resume | alerts | binlog`: replication, by command."""
+"""`zonesync replicate | apply | lag | reconcile | halt | restart | resume | alerts | binlog`: replication, by
+command (`locks`: cli_locks.py)."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 
@@ -45,7 +45,7 @@ def cmd_lag(args) -> int:
     return 1 if any(r[5] for r in rows) else 0
 
 
-def _zone_conn(zone: str):
+def zone_conn(zone: str):
     import pymysql
 
     from zonesync.workers import zone_endpoint
@@ -59,108 +59,6 @@ def _zone_conn(zone: str):
         database=ep.database,
         init_command="SET time_zone = '+00:00'",
     )
-
-
-def cmd_locks(args) -> int:
-    from zonesync.apply.writer import lock_list
-
-    if args.action in ("add", "resolve"):
-        return _lock_change(args)
-    conn = _zone_conn(args.zone)
-    try:
-        locks = lock_list(conn)
-    finally:
-        conn.close()
-    if not locks:
-        print(f"no locked rows in zone {args.zone}")
-        return 0
-    for lock in locks:
-        print(
-            f"{lock['table']} pk={json.dumps(lock['pk'])} held={lock['held_events']} since {lock['locked_at']}: "
-            f"{lock['reason']}"
-        )
-    return 1
-
-
-def _source_row(zone: str, table: str, key: dict) -> dict | None:
-    """A row of `zone` by primary key, as its columns' values (locks resolve, S003-31)."""
-    import pymysql
-
-    from zonesync.apply.statements import q
-
-    conn = _zone_conn(zone)
-    try:
-        with conn.cursor(pymysql.cursors.DictCursor) as cur:
-            where = " AND ".join(f"{q(c)} = %s" for c in key)
-            cur.execute(f"SELECT * FROM {q(table)} WHERE {where}", list(key.values()))
-            return cur.fetchone()
-    finally:
-        conn.close()
-
-
-def _lock_change(args) -> int:
-    """locks add (a manual lock: the row's events are held from now on, as for a mismatch)
-    and locks resolve (unlock; a manual lock's held events are applied in order, or skipped
-    by version). Exit 2 names a missing or unusable field."""
-    from zonesync import config, transport
-    from zonesync.apply import locks
-    from zonesync.apply.writer import ZoneWriter
-    from zonesync.meta import alerts
-    from zonesync.meta.db import MetaConfig
-    from zonesync.workers import zone_endpoint
-
-    need = ["--table", "--pk"] + (["--reason"] if args.action == "add" else [])
-    missing = [f for f in need if not getattr(args, f[2:].replace("-", "_"))]
-    if missing:
-        print(
-            f"zonesync locks {args.action}: {' and '.join(missing)} required (--pk: a JSON list of key values, "
-            "e.g. '[42]')",
-            file=sys.stderr,
-        )
-        return 2
-    ep = zone_endpoint(args.zone)
-    writer = ZoneWriter(ep.host, ep.port, ep.user, ep.password, ep.database)
-    try:
-        if args.action == "add":
-            sources = [z.name for z in config.load().zones if z.name != args.zone]
-            added, text = locks.add(writer, args.table, args.pk, args.reason, sources, transport.partitions())
-            print(
-                f"{args.table} {text}: locked in zone {args.zone}; its changes are held until `locks resolve`"
-                if added
-                else text
-            )
-            return 0 if added else 1
-        done = locks.resolve(
-            writer, args.table, args.pk, transport.topic, transport.bootstrap, args.drop_held, source_row=_source_row
-        )
-    except locks.LockError as exc:
-        print(f"zonesync locks {args.action}: {exc}", file=sys.stderr)
-        return 2
-    except locks.HeldEventsLost as exc:
-        print(f"zonesync locks resolve: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        writer.close()
-    if not done.found:
-        print(f"{args.table} {args.pk}: was not locked")
-        return 1
-    line = f"{args.table} {args.pk}: unlocked"
-    if done.taken_from is not None:
-        took = "deleted it here too" if done.source_row_gone else "took its current row"
-        line += f"; zone {done.taken_from}, whose change locked it, re-read: {took}"
-    if done.manual and not args.drop_held:
-        released = ", ".join(f"{n} from {s}" for s, n in done.released.items()) or "none"
-        line += f"; held events released: {released} ({done.applied} applied, {done.skipped} skipped by version)"
-    print(line)
-    for reason in done.relocked:  # a released change met another row than its old row: locked again
-        alerts.record(
-            MetaConfig.from_env(),
-            args.zone,
-            "row_locked",
-            {"table": args.table, "pk": args.pk, "reason": reason, "on": "locks resolve"},
-        )
-        print(f"{args.table} {args.pk}: locked again: {reason}")
-    return 1 if done.relocked else 0
 
 
 def cmd_alerts(args) -> int:
@@ -190,7 +88,7 @@ def cmd_bootstrap(args) -> int:
     from zonesync.meta.db import MetaConfig
     from zonesync.meta.store import default_actor
 
-    conn = _zone_conn(args.zone)
+    conn = zone_conn(args.zone)
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW BINARY LOGS")
@@ -265,7 +163,7 @@ def cmd_reconcile(args) -> int:
     from zonesync.meta.db import MetaConfig
 
     meta = MetaConfig.from_env()
-    conn = _zone_conn(args.zone)
+    conn = zone_conn(args.zone)
     try:
         rows = reconcile(meta, conn, args.source)
     finally:
@@ -283,10 +181,37 @@ def cmd_reconcile(args) -> int:
     return 1 if wrong else 0
 
 
+def cmd_halt(args) -> int:
+    """ROLLBACK (and, with `restart`, RESTART: halt, let the applier drop what it holds for
+    the partitions, resume from their applied LSN)."""
+    import time
+
+    from zonesync.apply.progress import halt, resume
+
+    conn = zone_conn(args.zone)
+    try:
+        why = args.why or f"halted by an operator (`zonesync {args.cmd}`)"
+        halted = halt(conn, args.source, args.partition or None, why)
+        if not halted:
+            which = f"partition(s) {', '.join(map(str, args.partition))}" if args.partition else "no partition"
+            print(f"zone {args.zone}: {which} of source {args.source} is running: nothing to {args.cmd}")
+            return 1
+        parts = ", ".join(map(str, halted))
+        if args.cmd == "halt":
+            print(f"zone {args.zone}: halted source {args.source} partition(s) {parts}; `zonesync resume` to go on")
+            return 0
+        time.sleep(args.settle)  # the applier notices within a second and pauses them
+        resume(conn, args.source, halted)
+    finally:
+        conn.close()
+    print(f"zone {args.zone}: restarted source {args.source} partition(s) {parts} from their applied LSN")
+    return 0
+
+
 def cmd_resume(args) -> int:
     from zonesync.apply.progress import resume
 
-    conn = _zone_conn(args.zone)
+    conn = zone_conn(args.zone)
     try:
         resumed = resume(conn, args.source, args.partition or None)
     finally:
@@ -323,29 +248,6 @@ def register(sub) -> None:
     lag = sub.add_parser("lag", help="replication lag per source and target zone")
     lag.add_argument("--partitions", action="store_true")
     lag.set_defaults(func=cmd_lag)
-    locks = sub.add_parser(
-        "locks",
-        help="locked rows: list; add (a manual lock); resolve (after repairing one)",
-        description="Rows of a zone whose replicated changes are held: locked by a mismatch, or by hand with "
-        "`locks add`. `locks resolve` unlocks one; a manual lock's held changes are then applied in order "
-        "(or skipped by version), an automatic lock's were dropped: repair the row from its owner first. "
-        "Exit 1: rows are locked (list), already locked (add), not locked or locked again (resolve); "
-        "2: a missing or unusable --table, --pk or --reason.",
-    )
-    locks.add_argument("action", nargs="?", choices=["list", "add", "resolve"], default="list")
-    locks.add_argument("--zone", required=True)
-    locks.add_argument("--table")
-    locks.add_argument(
-        "--pk",
-        help='primary key values as JSON, as `locks list` prints them, e.g. "[42]" (or by column: {"id": 42})',
-    )
-    locks.add_argument("--reason", help="locks add: why (shown by `locks list`)")
-    locks.add_argument(
-        "--drop-held",
-        action="store_true",
-        help="locks resolve: unlock without applying the held changes (gone from the broker; row repaired by hand)",
-    )
-    locks.set_defaults(func=cmd_locks)
     rc = sub.add_parser("reconcile", help="published against committed event counts per partition (alerts differences)")
     rc.add_argument("--zone", required=True, help="the target zone")
     rc.add_argument("--source", action="append", help="only this source zone (repeatable)")
@@ -355,6 +257,19 @@ def register(sub) -> None:
     rs.add_argument("--source", required=True, help="the source zone of the halted partitions")
     rs.add_argument("--partition", type=int, action="append", help="only this partition (repeatable)")
     rs.set_defaults(func=cmd_resume)
+    for name, text in (
+        ("halt", "halt running partitions of a source (in-flight batches are dropped; `zonesync resume` goes on)"),
+        ("restart", "halt, then resume partitions of a source: the applier takes them again from their applied LSN"),
+    ):
+        hp = sub.add_parser(name, help=text)
+        hp.add_argument("--zone", required=True, help="the target zone whose applier applies them")
+        hp.add_argument("--source", required=True, help="the source zone of the partitions")
+        hp.add_argument("--partition", type=int, action="append", help="only this partition (repeatable)")
+        if name == "halt":
+            hp.add_argument("--why", help="recorded as the halt's detail")
+        else:
+            hp.add_argument("--settle", type=float, default=2.0, help="seconds between halt and resume (default 2)")
+        hp.set_defaults(func=cmd_halt, cmd=name, why=None)
     al = sub.add_parser("alerts", help="open alerts (halted partitions, locked rows); --ack ID")
     al.add_argument("--ack", type=int)
     al.set_defaults(func=cmd_alerts)

@@ -117,6 +117,8 @@ def build_applier(
             "ZONESYNC_APPLY_TABLE_WEIGHTS",
         ),
         group=group,
+        lag_warning_s=_seconds(env, "ZONESYNC_LAG_WARNING_S", 60.0),
+        behind_timeout=_seconds(env, "ZONESYNC_APPLY_BEHIND_TIMEOUT_S", 10.0),
     )
 
 

@@ -108,6 +108,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
         resend_wait: float = 30.0,
         txn_hold_timeout: float = 5.0,
         behind_timeout: float = 10.0,
+        lag_warning_s: float = 60.0,
     ):
         self.zone = zone
         self.sources = sources
@@ -132,6 +133,8 @@ class Applier(Rounds, LagReport, PartitionFaults):
         self.resend_wait = resend_wait  # a served resend whose events have not arrived yet is waited for
         self._in_flight: deque = deque()  # (futures, shares) per round handed to the lanes, oldest first
         self.behind_timeout = behind_timeout
+        self.lag_warning_s = lag_warning_s  # a partition this far behind raises lag_warning (lag_report.py)
+        self._lag_warned: set[tuple[str, int]] = set()
         # partitions stopped before an event serial apply could not place: partition -> (LSN, since)
         self._stops: dict[tuple[str, int], tuple[int, float]] = {}
         self._expired_waits: set[tuple[str, int, int]] = set()  # (source, partition, LSN): lock, don't wait
@@ -341,7 +344,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
                     last_lag = now
                     if self.bootstrap() != bootstrap_used:
                         raise RuntimeError("the broker moved (new bootstrap): reconnecting")
-                    self._check_resumed()
+                    self._check_status()
                     self._report_lag(consumer)
                     self._send_alerts()
                     if now - self._last_gc >= 60:

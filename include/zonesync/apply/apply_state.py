@@ -14,6 +14,12 @@ transaction rolls back, and its pass restarts from what apply_state says now
 (seed case S003-36). The rows exist from the pass's start (ensure), so the lock
 always has a row to hold; manual locks (locks.py) take the same row locks, so
 no batch is half-way while one is added or resolved.
+
+Operators' instructions (seed S003-33: ROLLBACK, RESTART) go through the same
+row: `zonesync halt` sets the status under the row lock, so it waits for a batch
+that claimed the partition before it, and every batch that claims it afterwards
+finds it halted (PartitionHalted: nothing written). Halt and resume of one
+partition are serialized by that lock, and each is idempotent.
 """
 
 from __future__ import annotations
@@ -26,9 +32,15 @@ class StalePosition(ApplyError):
     moved it. Nothing of the batch is written; the pass restarts from apply_state."""
 
 
+class PartitionHalted(StalePosition):
+    """A partition of this batch was halted since its events were read (`zonesync halt`):
+    nothing of the batch is written; the pass restarts and leaves the partition halted."""
+
+
 def claim(cur, lit, positions) -> dict[tuple[str, int], int]:
     """Lock the batch's apply_state rows; StalePosition unless each stands where its
-    chain starts (a missing row counts as LSN 0). Returns their Kafka offsets."""
+    chain starts (a missing row counts as LSN 0), PartitionHalted if one was halted.
+    Returns their Kafka offsets."""
     if not positions:
         return {}
     by_source: dict[str, list[int]] = {}
@@ -42,18 +54,21 @@ def claim(cur, lit, positions) -> dict[tuple[str, int], int]:
         for s, ps in sorted(by_source.items())
     )
     cur.execute(
-        "SELECT source_zone, partition_no, applied_lsn, kafka_offset FROM zonesync.apply_state FORCE INDEX (PRIMARY) "
-        f"WHERE {where} FOR UPDATE"
+        "SELECT source_zone, partition_no, applied_lsn, kafka_offset, status FROM zonesync.apply_state "
+        f"FORCE INDEX (PRIMARY) WHERE {where} FOR UPDATE"
     )
     rows = cur.fetchall()
-    at = {(s, int(p)): int(lsn) for s, p, lsn, _ in rows}
+    halted = sorted((s, int(p)) for s, p, _, _, status in rows if status == "halted")
+    if halted:
+        raise PartitionHalted(f"partitions {halted} were halted since this batch was read: it is not applied")
+    at = {(s, int(p)): int(lsn) for s, p, lsn, _, _ in rows}
     for s, p, _, _, start, *_ in positions:
         if at.get((s, int(p)), 0) != start:
             raise StalePosition(
                 f"apply_state of {s} partition {p} is at LSN {at.get((s, int(p)), 0)}, this batch starts after "
                 f"{start}: another applier moved it; the batch is not applied"
             )
-    return {(s, int(p)): int(offset) for s, p, _, offset in rows}
+    return {(s, int(p)): int(offset) for s, p, _, offset, _ in rows}
 
 
 def chain_events(positions) -> dict[tuple[str, int], int]:

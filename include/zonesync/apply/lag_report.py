@@ -5,6 +5,11 @@ Every second each partition's events and seconds behind go to meta's apply_lag, 
 knows (the high watermark of the last fetch, no broker round trip) and from the
 commit time of the last event applied; while meta is down they are dropped, not
 queued (the next second's figures replace them).
+
+WARNING (seed S003-33's first exception instruction): a partition more than
+`lag_warning_s` seconds behind raises one `lag_warning` alert, and nothing else:
+apply goes on. It is raised again only after the partition came back under half
+the threshold (one alert per episode, not one per second).
 """
 
 from __future__ import annotations
@@ -36,8 +41,21 @@ class LagReport:
             last_ts = self._last_commit_ts.get((source, partition))
             seconds = 0.0 if behind == 0 or last_ts is None else max(0.0, now - last_ts)
             rows.append((source, self.zone, partition, st.applied_lsn, behind, seconds))
+            self._warn_lag(source, partition, behind, seconds)
         if rows:
             self.meta_outage.call(self._write_lag, rows)
+
+    def _warn_lag(self, source: str, partition: int, behind: int, seconds: float) -> None:
+        key = (source, partition)
+        if seconds >= self.lag_warning_s and key not in self._lag_warned:
+            self._lag_warned.add(key)
+            self.alert(
+                "lag_warning",
+                {"source": source, "partition": partition, "behind_events": behind,
+                 "behind_seconds": round(seconds, 1), "threshold_s": self.lag_warning_s},
+            )  # fmt: skip
+        elif seconds < self.lag_warning_s / 2:
+            self._lag_warned.discard(key)
 
     def _write_lag(self, rows: list[tuple]) -> None:
         conn = self.meta.connect()

@@ -102,16 +102,18 @@ class PartitionFaults:
             {"source": source, "partition": partition, "applied_lsn": st.applied_lsn, "detail": detail},
         )
 
-    def _check_resumed(self) -> None:
-        """A partition halted here and set running again (`zonesync resume`): start the pass
-        over, which takes it back from its applied LSN."""
-        halted = [key for key, st in self.state.items() if st.halted]
-        if not halted:
-            return
+    def _check_status(self) -> None:
+        """Operators' instructions, read once a second (seed S003-33): a partition halted here
+        and set running again (`zonesync resume`), or one running here and halted (`zonesync
+        halt`, ROLLBACK; `zonesync restart` is a halt, then a resume): start the pass over,
+        which takes each partition from apply_state as it now stands (a halted one paused;
+        rounds in flight for it fail their claim, so nothing of them lands)."""
         recorded = self._writer().state()
-        resumed = [key for key in halted if recorded.get(key, (0, -1, "running"))[2] != "halted"]
-        if resumed:
-            raise RuntimeError(f"partitions {resumed} were resumed: taking them back from apply_state")
+        changed = [
+            key for key, st in self.state.items() if st.halted != (recorded.get(key, (0, -1, "running"))[2] == "halted")
+        ]
+        if changed:
+            raise RuntimeError(f"partitions {changed} were halted or resumed: taking them from apply_state")
 
     def _halt_table_missing(self, exc: TableMissing) -> None:
         """Halt every partition whose events need the missing table (its batch rolled back,

@@ -80,6 +80,30 @@ def resume(target_conn, source_zone: str, partitions: list[int] | None = None) -
     return chosen
 
 
+def halt(target_conn, source_zone: str, partitions: list[int] | None, why: str) -> list[int]:
+    """An operator's ROLLBACK (seed S003-33): set running partitions of a source halted (all
+    of them, or those listed); returns the partitions halted now (halting a halted one is a
+    no-op). Taken under the partitions' apply_state row locks, as every batch claims them:
+    a batch that claimed one first commits first, every later one finds it halted and
+    writes nothing (apply_state.PartitionHalted). The applier pauses it within a second."""
+    with target_conn.cursor() as cur:
+        cur.execute(
+            "SELECT partition_no FROM zonesync.apply_state WHERE source_zone = %s AND status = 'running' "
+            "ORDER BY partition_no FOR UPDATE",
+            (source_zone,),
+        )
+        running = [int(r[0]) for r in cur.fetchall()]
+        chosen = [p for p in running if partitions is None or p in partitions]
+        if chosen:
+            cur.execute(
+                "UPDATE zonesync.apply_state SET status = 'halted', detail = %s WHERE source_zone = %s "
+                f"AND partition_no IN ({', '.join(str(p) for p in chosen)})",
+                (why[:500], source_zone),
+            )
+    target_conn.commit()
+    return chosen
+
+
 # An applier reports its lag every second; a report older than this is a stopped or stuck one.
 STALE_AFTER_S = 3.0
 
