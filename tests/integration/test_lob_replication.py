@@ -255,7 +255,7 @@ def test_large_blob_text_and_json_values_arrive_byte_identical(lob_table, cluste
         # a bit under the message limit: base64 of 690 KB, and 940 KB of text
         5: {"tenant_id": 15, "payload": _blob(rnd, 690_000), "body": None, "doc": None},
         6: {"tenant_id": 16, "payload": None, "body": _plain_text(rnd, 940_000), "doc": None},
-        # one byte, one character, grown later (an empty BLOB: the xfail test below)
+        # one byte, one character, grown later (an empty BLOB: the test below)
         7: {"tenant_id": 17, "payload": b"\x00", "body": "é", "doc": "[]"},
     }
     assert len(expected[3]["doc"].encode()) > 250_000, "a JSON document of a few hundred KB"
@@ -295,13 +295,9 @@ def test_large_blob_text_and_json_values_arrive_byte_identical(lob_table, cluste
     assert 850_000 < largest[0] < MESSAGE_LIMIT, f"the largest event is a bit under the message limit: {largest}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: capture decodes an empty BLOB/VARBINARY value as '' (text), not b'' "
-    "(capture/rows.py _compile_image copies pymysqlreplication's quirk), so the update's old image "
-    "differs from the target's row and b and c lock the row",
-)
 def test_an_empty_blob_updated_in_a_reaches_b_and_c(lob_table, cluster, guard_env, zones, meta):
+    """An empty BLOB is b'' in the event, as the target reads it back: the update's old image
+    matches b's and c's row (it used to be '' there, and the row locked in b and c)."""
     ga = guard_env("a")
     with ga.transaction() as tx:
         tx.insert(TABLE, {"doc_id": 8, "tenant_id": 18, "payload": b"", "body": "", "doc": None})

@@ -198,9 +198,10 @@ def _compile_image(columns) -> callable:
             encoding = _encoding(col)
             length = "buf[pos]" if prefix == 1 else f"from_bytes(buf[pos:pos + {prefix}], 'little')"
             text = f"buf[pos + {prefix}:pos + {prefix} + n]"
-            # (the library's bytes.decode of an unknown codec gives the bytes back, but
-            # '' for no bytes: Python never looks the codec up for empty input)
-            value = f"{text}.decode({encoding!r})" if encoding else f"({text} if n else '')"
+            # (binary: the bytes, b'' when empty. The library gives '' for no bytes, as
+            # Python never looks an unknown codec up for empty input; the target reads the
+            # column back as b'', and an old image must compare equal to it: binary_empty)
+            value = f"{text}.decode({encoding!r})" if encoding else text
             steps.append((None, [f"n = {length}", f"v{i} = {value}", f"pos += {prefix} + n"]))
         elif col.type in (FIELD_TYPE.DATETIME2, FIELD_TYPE.TIMESTAMP2):
             env[f"r{i}"] = _datetime2 if col.type == FIELD_TYPE.DATETIME2 else _timestamp2
@@ -300,11 +301,14 @@ class RowDecoder:
         if fast is not None:
             return fast
         self.fallbacks += 1
+        binary = binary_columns(ev.columns)
         if isinstance(ev, WriteRowsEvent):
-            return [(None, r["values"]) for r in ev.rows]
+            return [(None, binary_empty(r["values"], binary)) for r in ev.rows]
         if isinstance(ev, UpdateRowsEvent):
-            return [(r["before_values"], r["after_values"]) for r in ev.rows]
-        return [(r["values"], None) for r in ev.rows]
+            return [
+                (binary_empty(r["before_values"], binary), binary_empty(r["after_values"], binary)) for r in ev.rows
+            ]
+        return [(binary_empty(r["values"], binary), None) for r in ev.rows]
 
     def _fast(self, ev) -> list | None:
         if ev.event_type not in _ROWS_V1 and ev.event_type not in _ROWS_V2:
@@ -333,6 +337,21 @@ class RowDecoder:
         spec = self.native(table)
         native = NativeRows.check(spec, read, buf, pos, end, kind) if spec is not None else None
         return native if native is not None else decode_rows(read, kind, buf, pos, end)
+
+
+def binary_columns(columns) -> list[str]:
+    """Names of the string columns the library keeps as bytes (no codec: BLOB, VARBINARY)."""
+    kinds = (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.BLOB)
+    return [col.name for col in columns if col.type in kinds and _encoding(col) is None]
+
+
+def binary_empty(row: dict, binary: list[str]) -> dict:
+    """The library's '' for an empty binary value, as the bytes it is (b''): the target
+    reads that column back as bytes, and an update's old image must equal what it reads."""
+    for name in binary:
+        if row.get(name) == "":
+            row[name] = b""
+    return row
 
 
 def _plain_column(col) -> bool:
