@@ -19,6 +19,17 @@ exists, inserted only while it does not); they arise when a copy's rows and the
 stream's meet (seed 003, 数据迁移+数据增量场景), and the insert or update that
 follows carries no old row the target could be expected to hold.
 
+An update or delete whose old row is not the row the change so far ends with (a
+gap: the source applied another zone's write in between, which its loop filter
+keeps out of its stream, or the row was changed behind its back) restarts the
+net change there: its old row is that event's, and so is its first event; the
+earlier events still count but are not written. One by one, they would land and
+the gap's event would then wait for the missing write or lock (decide.py); a
+change from the first old row to the last new one would land over the gap
+unchecked. Restarted, a target without the gap's old row waits or locks before
+any of them (the serial retry then applies them one by one), and a target that
+has it has them too (they are older: the version guard skips them).
+
 Order across rows is not kept and need not be: rows are independent, and each
 row's events come from one partition in order.
 """
@@ -46,6 +57,12 @@ class NetChange:
     # versions of this row the change carries (decide.py, an insert meeting a row)
     later: list[ChangeEvent] | None = None
 
+    def after(self, version: int) -> NetChange | None:
+        """The net change of this change's events above `version` (None when there are none):
+        what the events one by one would still change in a target already at that version."""
+        rest = [e for e in (self.first_event, *(self.later or ())) if e.version > version]
+        return merge(rest)[0] if rest else None
+
 
 # update + insert, delete + update: the newer row, version-guarded (no old row to check)
 _NEWER_ROW_ONLY = frozenset(((UPDATE, INSERT), (DELETE, UPDATE)))
@@ -70,6 +87,11 @@ def merge(events: list[ChangeEvent]) -> list[NetChange]:
                 events=1,
                 first_event=e,
             )
+        elif e.op != INSERT and cur.new is not None and e.old != cur.new:
+            # a gap (see above): the net change restarts at this event, the earlier ones only counted
+            cur.first_op, cur.last_op, cur.old, cur.new = e.op, e.op, e.old, None if e.op == DELETE else e.new
+            cur.version, cur.first_event, cur.later = e.version, e, None
+            cur.events += 1
         else:
             if (cur.last_op, e.op) in _NEWER_ROW_ONLY:
                 cur.first_op, cur.old = INSERT, None
