@@ -20,10 +20,9 @@ row, locked or not.
 
 Properties: at most one net change per (table, pk), carrying every event of its key; the
 merged batch ends in the same rows, tombstones and locks as the events one by one; a key
-whose merged change does not wait never waits one by one. Where decide.py still judges a
-merged change differently from its events one by one (a target inside the change: see
-"what decide.py does not do yet"), the key is not compared while that gap is open, and a
-strict xfail names it.
+whose merged change does not wait never waits one by one. A target inside the change (it
+already has some of its versions: see "a target inside a merged change") is judged from
+there, as one by one.
 """
 
 from __future__ import annotations
@@ -217,12 +216,12 @@ def batches(draw):
     return target, events
 
 
-# -- what decide.py does not do yet ---------------------------------------------------------------
+# -- a target inside a merged change --------------------------------------------------------------
 # decide() judges a merged change from its first event (its first old row, or an insert's
 # lineage) and against its last version. One by one, the events the target already has
 # (at or below its row's version, or its tombstone's when the row is gone) are skipped and
 # the rest is judged from the first event above it. The two differ when the target sits
-# inside the change (bugs in decide.py, each with an example and a strict xfail below):
+# inside the change (decide.py's `_inside` now judges from there; each case has an example below):
 #   replayed in part: an update or delete chain meets a target row at one of its later
 #     versions (a replay past a lost position): merged, the first old row is not the target:
 #     a false lock where one by one skips what the target has and lands the rest;
@@ -293,14 +292,6 @@ def one_key_outcome(events, row, tombstone, locked=False) -> tuple:
     return kinds[key], merged.of(key), serial.of(key), bool(waited)
 
 
-def _still_open(gap) -> bool:
-    kind, merged, serial, _ = one_key_outcome(*DECIDE_GAPS[gap])
-    return kind != WAIT and merged != serial
-
-
-OPEN_DECIDE_GAPS = [gap for gap in DECIDE_GAPS if _still_open(gap)]
-
-
 # -- the properties -----------------------------------------------------------------------------
 
 
@@ -326,9 +317,6 @@ def check(target: Target, events: list[ChangeEvent]) -> None:
         if key not in compared:
             continue
         got, want = merged.of(key), serial.of(key)
-        row, tombstone, locked = target.of(key)
-        if not locked and any(gap(c, row, tombstone) for gap in OPEN_DECIDE_GAPS):
-            continue  # decide.py's open gaps (above)
         if WAIT is None and want[2] and got[2]:
             # Without WAIT, a gap in the chain locks: one by one the events before it land first,
             # merged they are held with the lock. Which rows are locked must agree.
@@ -387,25 +375,10 @@ def test_a_target_that_already_has_the_gaps_old_row_takes_the_rest(events):
     assert merged == serial and merged[0] == events[-1].new
 
 
-@pytest.mark.parametrize(
-    "gap",
-    [
-        pytest.param(
-            gap,
-            id=gap.__name__,
-            marks=pytest.mark.xfail(
-                strict=True, reason=f"decide.py judges a merged change from its first event: {name}"
-            ),
-        )
-        for gap, name in (
-            (replayed_in_part, "a false lock where one by one lands the rest"),
-            (deleted_in_between, "an insert chain comes back over a delete where one by one locks"),
-            (reinserted_as_new_as_the_target, "skipped where one by one locks another entity's row"),
-        )
-    ],
-)
+@pytest.mark.parametrize("gap", list(DECIDE_GAPS), ids=[gap.__name__ for gap in DECIDE_GAPS])
 def test_decide_judges_a_merged_change_from_what_the_target_has(gap):
-    """decide.py's open gaps (see above): the merged change and the events one by one must agree."""
+    """A target inside the merged change (see above): the merged change and the events one by
+    one agree (decide.py judges from the first event above the target: `_inside`)."""
     events, row, tombstone = DECIDE_GAPS[gap]
     assert gap(merge(events)[0], row, tombstone)
     kind, merged, serial, _ = one_key_outcome(events, row, tombstone)

@@ -93,6 +93,10 @@ def decide(change: NetChange, target: dict | None, tombstone_version: int | None
     """`target` is the encoded target row (None when absent)."""
     if locked:
         return _LOCKED
+    if change.later is not None:  # merged: judged from where the target stands inside it
+        inside = _inside(change, target, tombstone_version)
+        if inside is not None:
+            return inside
     if target is not None and change.first_event.op == INSERT:
         return _insert_meets_row(change, target)
     if target is not None and int(target.get("_zs_version") or 0) >= change.version:
@@ -117,6 +121,34 @@ def decide(change: NetChange, target: dict | None, tombstone_version: int | None
         diff = _diff(target, change.old)
         return Action(LOCK, f"{change.first_op}: target row differs from the event's old row in {diff}")
     return final
+
+
+def _inside(change: NetChange, target: dict | None, tombstone_version: int | None) -> Action | None:
+    """A merged change whose versions the target already partly has: the answer the events
+    one by one would give, or None when the target stands before the change (S003-19).
+
+    One by one, the events at or below the target's version (its row's, or its tombstone's
+    when the row is gone) are skipped, and the rest is judged from the first event above
+    it. The merged change starts earlier: judged from its first event it would lock a
+    partial replay (its first old row is behind the target), bring back a row another
+    zone deleted meanwhile (an insert chain across a newer tombstone), or skip an insert
+    that meets another entity's row at exactly its version (S004-36)."""
+    if target is not None:
+        have = _stamp(target)
+        for e in change.later:
+            if e.op == INSERT and e.version == have[1] and _stamp(e.new) != have:
+                return Action(
+                    LOCK,
+                    f"insert meets another row with this key: the target's (origin {have[0]}, version {have[1]}) is "
+                    f"not the inserted row (origin {_stamp(e.new)[0]}, version {e.version})",
+                )
+        if change.first_event.op == INSERT:
+            return None  # an insert meeting a row: its lineage is checked as a whole (below)
+    mark = _stamp(target)[1] if target is not None else tombstone_version
+    if mark is None or not change.first_event.version <= mark < change.version:
+        return None
+    rest = change.after(mark)
+    return None if rest is None else decide(rest, target, tombstone_version, False)
 
 
 def _insert_meets_row(change: NetChange, target: dict) -> Action:

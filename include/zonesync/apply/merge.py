@@ -14,10 +14,12 @@ check), the image after the last (what to write), and the last version.
                         the version decides, no old-row check)
     delete + update  -> the same: an upsert of the newer row, version-guarded
 
-The last two cannot come from one binlog (a key is updated only while it
-exists, inserted only while it does not); they arise when a copy's rows and the
-stream's meet (seed 003, 数据迁移+数据增量场景), and the insert or update that
-follows carries no old row the target could be expected to hold.
+The last two arise when a copy's rows and the stream's meet (seed 003,
+数据迁移+数据增量场景), and the insert or update that follows carries no old row
+the target could be expected to hold. One binlog gives them only when the source
+applied another zone's delete or re-insert in between (its loop filter keeps that
+out of the stream); the merged change then lands the source's last row, where one
+by one would lock or wait (seed rules S003-13, S003-17, S003-18).
 
 An update or delete whose old row is not the row the change so far ends with (a
 gap: the source applied another zone's write in between, which its loop filter
