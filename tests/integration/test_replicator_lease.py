@@ -11,6 +11,7 @@ import time
 import pytest
 from pymysqlreplication import BinLogStreamReader
 
+from tests.support.background import wait_until
 from tests.support.replication import alerts, insert_tenants, latest_checkpoint, replicator_alone
 from zonesync import cli
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
@@ -182,6 +183,57 @@ def test_a_reader_already_using_the_server_id_is_not_cut_off(zone_a_alone, zones
         time.sleep(0.1)
     insert_tenants(conn, 200, 2)
     assert replicator_alone(cluster, "a", seconds=4).published >= 2, "with the clash gone, it captures"
+
+
+def test_an_unregistered_reader_with_the_server_id_is_alerted_once_and_cut_off(zone_a_alone, zones, meta):
+    """S003-01, a reader that never registers (no report_slave, so SHOW SLAVE HOSTS cannot
+    show it) connects with the running replicator's server_id: the server drops the
+    replicator for it (error 4052). The replicator raises one server_id_clash alert naming
+    an unregistered reader, waits, finds no registered reader with the id, and connects
+    again, which cuts the other reader off once (the server keeps the newest connection).
+    Nothing written meanwhile is lost: every row reaches the topic."""
+    conn, cluster = zone_a_alone
+    replicator = cluster.make_replicator("a")
+    cluster.replicators["a"] = replicator
+    cluster._run("replicator-a", replicator)
+    cluster.wait_started()
+    insert_tenants(conn, 1, 3)
+    wait_until(lambda: replicator.published >= 3, 10, "the replicator captures")
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    other = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": zones["a"].port, "user": "root", "passwd": ""},
+        server_id=replicator.server_id,
+        resume_stream=True,
+        log_file=file,
+        log_pos=pos,
+        blocking=True,
+    )
+    failure: list[Exception] = []
+
+    def read():
+        try:
+            for _ in other:
+                pass
+        except Exception as exc:  # noqa: BLE001 - the assertion below names it
+            failure.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: alerts(meta, "a", "server_id_clash"), 15, "the replicator, cut off, alerts")
+        found = alerts(meta, "a", "server_id_clash")
+        assert found[0]["server_id"] == replicator.server_id
+        assert "did not register" in found[0]["other_reader"], found
+        insert_tenants(conn, 10, 5)  # written while the other reader holds the stream
+        wait_until(lambda: failure, 20, "the replicator connects again and cuts the other reader off")
+        assert getattr(failure[0], "args", [None])[0] == 4052, failure
+        wait_until(lambda: replicator.published >= 8, 15, "the rows written meanwhile are published")
+        assert len(alerts(meta, "a", "server_id_clash")) == 1, "one alert"
+    finally:
+        other.close()
+        reader.join(10)
 
 
 def _registered(conn, server_id: int) -> bool:

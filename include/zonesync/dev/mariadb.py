@@ -12,6 +12,7 @@ becomes a template and every other instance starts from a copy of it.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ import pymysql
 
 from zonesync.dev import procs
 
+log = logging.getLogger("zonesync.dev.mariadb")
 MARIADBD = "/usr/sbin/mariadbd"
 ZONE_ID_SPACE = 16  # zone ids 1..16: the step of every zone's AUTO_INCREMENT
 INSTALL_DB = "/usr/bin/mariadb-install-db"
@@ -133,7 +135,8 @@ def _bootstrap(datadir: Path, log: Path) -> None:
             stderr=subprocess.STDOUT,
         )
     if result.returncode != 0:
-        raise MariaDBError(f"mariadb-install-db failed for {datadir}: see {log}")
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]  # (a test's log dir goes with it)
+        raise MariaDBError(f"mariadb-install-db failed for {datadir} (exit {result.returncode}): see {log}: {tail}")
 
 
 def ensure_datadir(instance: Instance, template_root: Path, log_dir: Path) -> None:
@@ -145,9 +148,16 @@ def ensure_datadir(instance: Instance, template_root: Path, log_dir: Path) -> No
     template = template_root / "template"
     if not (template / "mysql").is_dir():
         tmp = template_root / "template.partial"
-        shutil.rmtree(tmp, ignore_errors=True)
         log_dir.mkdir(parents=True, exist_ok=True)
-        _bootstrap(tmp, log_dir / "mariadb-install-db.log")
+        for attempt in (1, 2):  # (seen once on a loaded machine: a failed first bootstrap, log lost)
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                _bootstrap(tmp, log_dir / "mariadb-install-db.log")
+                break
+            except MariaDBError as exc:
+                if attempt == 2:
+                    raise
+                log.warning("%s: trying once more", exc)
         tmp.rename(template)
     if instance.datadir.exists():
         shutil.rmtree(instance.datadir)
