@@ -114,9 +114,11 @@ def read(conn) -> dict[tuple[str, int], tuple[int, int, str]]:
     return {(s, int(p)): (int(lsn), int(off), st) for s, p, lsn, off, st in rows}
 
 
-def halt(conn, source_zone: str, partition: int, detail: str) -> None:
+def halt(conn, source_zone: str, partition: int, detail: str) -> int:
     """Mark the partition halted, with why: the status lives beside the position, so a
-    restarted applier leaves the partition halted too."""
+    restarted applier leaves the partition halted too. Returns the applied LSN it halted at:
+    read under the row lock the halt took, after every batch that claimed the partition
+    before it committed, and before any later one could (their claims find it halted)."""
     with conn.cursor() as cur:
         cur.execute(
             "INSERT INTO zonesync.apply_state (source_zone, partition_no, applied_lsn, kafka_offset, status, "
@@ -124,4 +126,10 @@ def halt(conn, source_zone: str, partition: int, detail: str) -> None:
             "detail = VALUES(detail)",
             (source_zone, partition, detail[:500]),
         )
+        cur.execute(
+            "SELECT applied_lsn FROM zonesync.apply_state WHERE source_zone = %s AND partition_no = %s",
+            (source_zone, partition),
+        )
+        (applied,) = cur.fetchone()
     conn.commit()
+    return int(applied)

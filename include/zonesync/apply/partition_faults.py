@@ -96,10 +96,11 @@ class PartitionFaults:
         st.halted = True
         self._held.pop(key, None)
         consumer.pause([TopicPartition(self.topic_of(source), partition)])
-        self._writer().halt(source, partition, detail)
+        # (the committed position: st.applied_lsn counts rounds handed out, which now fail their claim)
+        applied = self._writer().halt(source, partition, detail)
         self.alert(
             "partition_halted",
-            {"source": source, "partition": partition, "applied_lsn": st.applied_lsn, "detail": detail},
+            {"source": source, "partition": partition, "applied_lsn": applied, "detail": detail},
         )
 
     def _check_status(self) -> None:

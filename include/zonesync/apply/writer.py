@@ -297,5 +297,6 @@ class ZoneWriter:
         (resends reach back only as far as the kept checkpoints and binlogs)."""
         return tombstones.forget_older_than(self.connect(), horizon_s)
 
-    def halt(self, source_zone: str, partition: int, detail: str) -> None:
-        apply_state.halt(self.connect(), source_zone, partition, detail)
+    def halt(self, source_zone: str, partition: int, detail: str) -> int:
+        """Halt the partition; the applied LSN it stands at (apply_state.halt)."""
+        return apply_state.halt(self.connect(), source_zone, partition, detail)
