@@ -19,7 +19,11 @@ def cmd_apply(args) -> int:
         weights = workers.parse_table_weights(args.table_weights) if args.table_weights else None
     except ValueError as exc:
         raise SystemExit(f"zonesync apply: {exc}") from None
-    return workers.run_forever(workers.build_applier(args.zone, args.workers, table_weights=weights, group=args.group))
+    atomic = True if args.atomic_transactions else None  # (else $ZONESYNC_APPLY_ATOMIC_TRANSACTIONS)
+    applier = workers.build_applier(
+        args.zone, args.workers, table_weights=weights, group=args.group, atomic_transactions=atomic
+    )
+    return workers.run_forever(applier)
 
 
 def cmd_lag(args) -> int:
@@ -243,6 +247,12 @@ def register(sub) -> None:
         metavar="T=W,...",
         help="apply order of tables within a round, lightest first, e.g. tenants=1,orders=2 "
         "(default: $ZONESYNC_APPLY_TABLE_WEIGHTS; unlisted tables weigh 0)",
+    )
+    app.add_argument(
+        "--atomic-transactions",
+        action="store_true",
+        help="a source transaction's rows become visible together, across partitions (rounds with such "
+        "transactions run on one connection; default: $ZONESYNC_APPLY_ATOMIC_TRANSACTIONS)",
     )
     app.set_defaults(func=cmd_apply)
     lag = sub.add_parser("lag", help="replication lag per source and target zone")

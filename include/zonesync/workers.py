@@ -66,6 +66,15 @@ def build_replicator(zone: str, server_id: int | None = None, env: dict | None =
     )
 
 
+def _flag(env: dict | None, name: str) -> bool:
+    text = ((env if env is not None else os.environ).get(name) or "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise config.ConfigError(f"{name}={text!r}: give 1 or 0 (true/false, yes/no, on/off)")
+
+
 def _seconds(env: dict | None, name: str, default: float) -> float:
     text = (env if env is not None else os.environ).get(name)
     if not text:
@@ -96,6 +105,7 @@ def build_applier(
     env: dict | None = None,
     table_weights: dict[str, int] | None = None,
     group: bool = False,
+    atomic_transactions: bool | None = None,
 ):
     from zonesync.apply.applier import Applier
     from zonesync.apply.writer import ZoneWriter
@@ -118,6 +128,9 @@ def build_applier(
         ),
         group=group,
         lag_warning_s=_seconds(env, "ZONESYNC_LAG_WARNING_S", 60.0),
+        atomic_transactions=atomic_transactions
+        if atomic_transactions is not None
+        else _flag(env, "ZONESYNC_APPLY_ATOMIC_TRANSACTIONS"),
         behind_timeout=_seconds(env, "ZONESYNC_APPLY_BEHIND_TIMEOUT_S", 10.0),
     )
 

@@ -69,6 +69,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from zonesync import transport
+from zonesync.apply.atomic_rounds import spans_workers, whole_transactions
 from zonesync.apply.continuity import PartitionState, complete_prefix, filter_chain
 from zonesync.apply.lag_report import LagReport
 from zonesync.apply.partition_faults import PartitionFaults
@@ -109,6 +110,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
         txn_hold_timeout: float = 5.0,
         behind_timeout: float = 10.0,
         lag_warning_s: float = 60.0,
+        atomic_transactions: bool = False,
     ):
         self.zone = zone
         self.sources = sources
@@ -133,6 +135,9 @@ class Applier(Rounds, LagReport, PartitionFaults):
         self.resend_wait = resend_wait  # a served resend whose events have not arrived yet is waited for
         self._in_flight: deque = deque()  # (futures, shares) per round handed to the lanes, oldest first
         self.behind_timeout = behind_timeout
+        # a source transaction's rows become visible together, across partitions (atomic_rounds.py)
+        self.atomic_transactions = atomic_transactions
+        self._txn_waiting: dict[tuple[str, str], float] = {}
         self.lag_warning_s = lag_warning_s  # a partition this far behind raises lag_warning (lag_report.py)
         self._lag_warned: set[tuple[str, int]] = set()
         # partitions stopped before an event serial apply could not place: partition -> (LSN, since)
@@ -175,6 +180,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
         if w is None:
             w = self.writer_factory()
             w.expired_waits = self._expired_waits
+            w.table_weights = self.table_weights  # tables in weight order inside a transaction
             self._local.writer = w
             self._writers.append(w)
         return w
@@ -325,13 +331,21 @@ class Applier(Rounds, LagReport, PartitionFaults):
                         jobs[key] = accepted
                     if filtered.gap:
                         gaps[key] = filtered.gap
+                whole = False
+                if jobs and self.atomic_transactions:  # whole source transactions (atomic_rounds.py)
+                    jobs, held = whole_transactions(
+                        jobs, self._txn_waiting, time.monotonic(), self.txn_hold_timeout, TXN_HOLD_ROWS
+                    )
+                    for key, events in held.items():
+                        self._held[key] = events + self._held.get(key, [])
+                    whole = bool(self.table_weights) or spans_workers(jobs, self.workers)
                 if jobs:
                     # One transaction per worker: partition p always goes to worker p % workers,
                     # so a key (one partition number in every source) is applied by one worker.
                     rounds: dict[int, list] = {}
                     for key, chain in jobs.items():
                         rounds.setdefault(key[1] % self.workers, []).append((key, chain))
-                    self._run_round(lanes, in_flight, failed, rounds)
+                    self._run_round(lanes, in_flight, failed, rounds, whole)
                 for key in jobs:  # progress: an earlier gap was repaired
                     self.state[key].gap_since = None
                     self.state[key].resend_attempts = 0

@@ -19,7 +19,9 @@ from collections import deque
 class Rounds:
     """Applying rounds (a part of Applier: uses its state, writers, counters and alerts)."""
 
-    def _run_round(self, lanes, in_flight: deque, failed: threading.Event, rounds: dict[int, list]) -> None:
+    def _run_round(
+        self, lanes, in_flight: deque, failed: threading.Event, rounds: dict[int, list], whole: bool = False
+    ) -> None:
         """Hand one round to the workers (worker i's share to lane i), or apply it here.
 
         The chains count as applied from now on for continuity (the next round's first
@@ -27,7 +29,9 @@ class Rounds:
         committed (`_reap`). Weight levels (Otter's 权重): a level starts only when the
         previous one committed in every worker, so rows of a heavier table (a child) never
         land before the lighter ones (its parent) of the same round; such rounds run to
-        their commit before the loop goes on.
+        their commit before the loop goes on. `whole` (atomic_transactions: a source
+        transaction spans two workers, or tables have weights): the round is one target
+        transaction on one connection, tables in weight order inside it (writer.py).
         """
         shares = list(rounds.values())
         for share in shares:
@@ -36,8 +40,13 @@ class Rounds:
         small = sum(len(chain) for share in shares for _, chain in share) <= self.small_round
         small = small or bool(self._stops)  # one connection, one serial order (writer.py)
         weights = self.table_weights
-        if (small or weights) and in_flight:
+        if (small or weights or whole) and in_flight:
             self._reap(in_flight, keep=0)  # the round below runs outside the lanes' order
+        if whole:
+            everything = [item for share in shares for item in share]
+            self._apply_share(_changes(everything), _positions(everything))
+            self._committed(shares)
+            return
         if small:
             # A small round is one transaction on one connection: in a quiet stream a round
             # is a few events, and its latency (one commit, no hand-off) is what counts.
