@@ -27,17 +27,30 @@ def cmd_apply(args) -> int:
 
 
 def cmd_lag(args) -> int:
-    from zonesync.apply.progress import lag_report
+    from zonesync.apply.progress import STALE_AFTER_S, lag_report
+    from zonesync.capture import lag as capture_lag
     from zonesync.meta.db import MetaConfig
 
     meta = MetaConfig.from_env()
     rows = lag_report(meta)
-    if not rows:
-        print("no lag reported yet: are appliers running? (zonesync apply --zone NAME)")
+    captured = capture_lag.report(meta)
+    if not rows and not captured:
+        print("no lag reported yet: are replicators and appliers running? (zonesync replicate|apply --zone NAME)")
         return 1
-    print(f"{'source':<8} {'target':<8} {'events behind':>14} {'seconds behind':>15} {'reported':>10}")
-    for s, t, ev, sec, age, stale in rows:
-        note = f"  STALE: zone {t}'s applier has not reported for {age:.0f} s (stopped?)" if stale else ""
+    stale = False
+    if captured:
+        # the capture side: commits a replicator has not read yet are behind for every target
+        print(f"{'capture':<8} {'binlog bytes behind':>20} {'seconds behind':>15} {'reported':>10}")
+        for z, behind, sec, age in captured:
+            old = age > STALE_AFTER_S
+            stale = stale or old
+            note = f"  STALE: zone {z}'s replicator has not reported for {age:.0f} s (stopped?)" if old else ""
+            print(f"{z:<8} {behind:>20} {sec:>15.3f} {age:>8.1f} s ago{note}")
+    if rows:
+        print(f"{'source':<8} {'target':<8} {'events behind':>14} {'seconds behind':>15} {'reported':>10}")
+    for s, t, ev, sec, age, old in rows:
+        stale = stale or old
+        note = f"  STALE: zone {t}'s applier has not reported for {age:.0f} s (stopped?)" if old else ""
         print(f"{s:<8} {t:<8} {ev:>14} {sec:>15.3f} {age:>8.1f} s ago{note}")
     if args.partitions:
         detail, _ = meta.run(
@@ -46,7 +59,7 @@ def cmd_lag(args) -> int:
         )
         for s, t, p, lsn, ev, sec in detail:
             print(f"  {s}->{t} partition {p}: applied LSN {lsn}, {ev} behind, {sec:.3f} s")
-    return 1 if any(r[5] for r in rows) else 0
+    return 1 if stale else 0
 
 
 def zone_conn(zone: str):

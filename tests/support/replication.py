@@ -26,6 +26,7 @@ REPLICATION_META = (
     "resend_requests",
     "alerts",
     "apply_lag",
+    "capture_lag",
     "change_topics",
 )
 

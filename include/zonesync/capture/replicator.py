@@ -80,6 +80,7 @@ from zonesync.capture.faults import (
     FaultReporter,
     ServerIdClash,
 )
+from zonesync.capture.lag import CaptureLag
 from zonesync.capture.lease import DEFAULT_TTL, LeaseLost, ReplicatorLease
 from zonesync.capture.publish import Txn, close_txn, queue_txn_events
 from zonesync.capture.rows import RowDecoder
@@ -141,6 +142,8 @@ class Replicator:
         self._settings_checked = False
         self._large_txns: dict[str, tuple[int, int]] = {}  # txn id -> (rows, commit time), counted
         self.peak_buffered_rows = 0
+        # (log_file, log_pos, commit time) after the last transaction read; None: nothing yet
+        self.read_at: tuple[str, int, float | None] | None = None
         self._last_prune = time.monotonic()
         self._published_before = 0
         self._delivery: Delivery | None = None
@@ -198,6 +201,7 @@ class Replicator:
     def run(self, max_seconds: float | None = None) -> None:
         """Run until stop(); every failure restarts the pass from the checkpoint."""
         deadline = time.monotonic() + max_seconds if max_seconds else None
+        lag = CaptureLag(self.zone, self.source, self.meta, lambda: self.read_at).start()
         try:
             while not self.stopping and (deadline is None or time.monotonic() < deadline):
                 if not self._hold_lease():
@@ -220,6 +224,7 @@ class Replicator:
                     log.warning("replicator %s: %s: restarting from the checkpoint", self.zone, exc)
                     time.sleep(0.5)
         finally:
+            lag.stop()
             self.store.close()
             if self.standby_for is None:
                 self.lease.release()
@@ -373,6 +378,7 @@ class Replicator:
                     txn = None
                     boundary = (log_file, ev.packet.log_pos)
                     boundary_dirty = True
+                    self.read_at = (log_file, ev.packet.log_pos, ev.timestamp)  # (capture lag: lag.py)
                 elif (
                     isinstance(ev, QueryEvent)
                     and txn is not None
@@ -415,6 +421,8 @@ class Replicator:
                     # Moving the checkpoint there lets wait_applied(P) succeed on a quiet zone.
                     boundary = (stream.log_file, stream.log_pos)
                     boundary_dirty = True
+                if idle and txn is None and stream.log_pos:
+                    self.read_at = (stream.log_file, stream.log_pos, None)  # at the binlog end
                 if boundary_dirty and (idle or now - last_cp_time >= self.checkpoint_interval):
                     # take a checkpoint at the last commit; it is saved once the broker acked it
                     streaming = txn is not None and txn.total is not None
