@@ -84,6 +84,7 @@ log = logging.getLogger("zonesync.applier")
 # Group mode: a worker that stops heartbeating loses its partitions after 6 s.
 GROUP_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 TXN_HOLD_ROWS = 50_000  # the replicator's large_txn_rows: a larger transaction is streamed
+ATOMIC_FETCH_BYTES = 64 * 1024
 
 
 class Applier(Rounds, LagReport, PartitionFaults):
@@ -270,6 +271,10 @@ class Applier(Rounds, LagReport, PartitionFaults):
         config = transport.consumer_config(bootstrap_used, f"zonesync-apply-{self.zone}")
         if self.group:
             config.update(GROUP_CONFIG)
+        if self.atomic_transactions:
+            # small slices of every partition per fetch: a transaction's rows, spread over the
+            # partitions, arrive close together (atomic_rounds.py: what is held stays small)
+            config["max.partition.fetch.bytes"] = ATOMIC_FETCH_BYTES
         consumer = Consumer({**config, "error_cb": on_error})
         try:
             # the topics' partition count, as the broker has it, then as meta recorded it
@@ -334,7 +339,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
                 whole = False
                 if jobs and self.atomic_transactions:  # whole source transactions (atomic_rounds.py)
                     jobs, held = whole_transactions(
-                        jobs, self._txn_waiting, time.monotonic(), self.txn_hold_timeout, TXN_HOLD_ROWS
+                        jobs, self._txn_waiting, time.monotonic(), self.txn_hold_timeout, TXN_HOLD_ROWS, TXN_HOLD_ROWS
                     )
                     for key, events in held.items():
                         self._held[key] = events + self._held.get(key, [])

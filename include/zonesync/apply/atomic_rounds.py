@@ -24,48 +24,68 @@ that span workers run on one connection, so bulk transactions lose the parallel 
 
 from __future__ import annotations
 
-from collections import Counter
-
 Key = tuple[str, int]  # (source zone, partition)
 
 
 def whole_transactions(
-    jobs: dict[Key, list], waiting_since: dict, now: float, timeout: float, hold_rows: int
+    jobs: dict[Key, list], waiting_since: dict, now: float, timeout: float, hold_rows: int, max_held: int
 ) -> tuple[dict[Key, list], dict[Key, list]]:
     """(what may be applied, what is held back) per partition, from the round's accepted
     chains of (event, Kafka offset). `waiting_since` remembers since when each incomplete
     transaction waits (updated here). A chain cut inside a message records the message
-    before as read (its offset - 1), so a restart reads that message again."""
-    kept = {key: list(chain) for key, chain in jobs.items()}
+    before as read (its offset - 1), so a restart reads that message again. Holding more
+    than `max_held` events (a backlog fetched one partition after another) lets the round
+    through whole instead: memory stays bounded, at the price of atomicity for it."""
+    # Where each transaction's rows are (partition, index), and how many stay in the round.
+    where: dict[tuple[str, str], list[tuple[Key, int]]] = {}
+    needed: dict[tuple[str, str], int] = {}
+    for key, chain in jobs.items():
+        for i, (e, _) in enumerate(chain):
+            txn = (key[0], e.txn_id)
+            where.setdefault(txn, []).append((key, i))
+            needed[txn] = e.row_count
+    present = {txn: len(rows) for txn, rows in where.items()}
+    cut = {key: len(chain) for key, chain in jobs.items()}  # each chain is kept up to here
+
+    def waits(txn) -> bool:
+        """Short of rows, and neither too large to hold nor waited out: held back."""
+        if needed[txn] > hold_rows or now - waiting_since.setdefault(txn, now) >= timeout:
+            return False
+        return True
+
+    short = [txn for txn, n in present.items() if n < needed[txn] and waits(txn)]
+    held_txns = set(short)
+    while short:  # each event is removed once: linear in the round
+        txn = short.pop()
+        for key, i in where[txn]:
+            if i >= cut[key]:
+                continue
+            chain = jobs[key]
+            for e, _ in chain[i : cut[key]]:
+                other = (key[0], e.txn_id)
+                present[other] -= 1
+                if other not in held_txns and waits(other):
+                    held_txns.add(other)
+                    short.append(other)
+            cut[key] = i
+    for txn in present:
+        if txn not in held_txns:
+            waiting_since.pop(txn, None)  # applied now: whole, too large to hold, or waited out
+    kept: dict[Key, list] = {}
     held: dict[Key, list] = {}
-    through: set = set()  # let through incomplete (too large, or waited out): not judged again
-    while True:
-        present = Counter((key[0], e.txn_id) for key, chain in kept.items() for e, _ in chain)
-        needed = {(key[0], e.txn_id): e.row_count for key, chain in kept.items() for e, _ in chain}
-        short = set()
-        for txn, count in present.items():
-            if txn in through:
-                continue
-            if count < needed[txn] <= hold_rows and now - waiting_since.setdefault(txn, now) < timeout:
-                short.add(txn)
-            else:  # whole (for now: a cut may change that), too large to hold, or waited out
-                waiting_since.pop(txn, None)
-                if count < needed[txn]:
-                    through.add(txn)
-        if not short:
-            break
-        for key, chain in list(kept.items()):
-            cut = next((i for i, (e, _) in enumerate(chain) if (key[0], e.txn_id) in short), None)
-            if cut is None:
-                continue
-            held[key] = chain[cut:] + held.get(key, [])
-            if cut == 0:
-                del kept[key]
-                continue
-            head = chain[:cut]
-            if head[-1][1] == chain[cut][1]:  # cut inside a message: that message is not read yet
+    for key, chain in jobs.items():
+        at = cut[key]
+        if at < len(chain):
+            held[key] = chain[at:]
+        if at:
+            head = chain[:at]
+            if at < len(chain) and head[-1][1] == chain[at][1]:  # cut inside a message: not read yet
                 head[-1] = (head[-1][0], head[-1][1] - 1)
             kept[key] = head
+    if sum(len(events) for events in held.values()) > max_held:
+        for txn in held_txns:
+            waiting_since.pop(txn, None)
+        return jobs, {}
     return kept, held
 
 
