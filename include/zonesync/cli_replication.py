@@ -225,6 +225,27 @@ def cmd_halt(args) -> int:
     return 0
 
 
+def cmd_repartition(args) -> int:
+    from zonesync import config
+    from zonesync.meta.db import MetaConfig
+    from zonesync.repartition import RepartitionRefused, repartition
+
+    zones = [z.name for z in config.load().zones]
+    try:
+        done = repartition(MetaConfig.from_env(), zones, zone_conn, args.partitions)
+    except RepartitionRefused as exc:
+        print(f"zonesync topics repartition: refused, nothing changed: {exc}", file=sys.stderr)
+        return 1
+    for zone, (log_file, log_pos) in sorted(done.restarted.items()):
+        print(f"zone {zone}: its chains restart at {log_file}:{log_pos}")
+    print(
+        f"epoch {done.epoch}: {done.partitions} partitions recorded for zones {', '.join(zones)}; every apply "
+        f"position starts over. Now re-create the change topics with {done.partitions} partitions (the dev "
+        f"broker: restart it), set ZONESYNC_KAFKA_PARTITIONS={done.partitions}, and start the workers."
+    )
+    return 0
+
+
 def cmd_resume(args) -> int:
     from zonesync.apply.progress import resume
 
@@ -293,6 +314,14 @@ def register(sub) -> None:
         else:
             hp.add_argument("--settle", type=float, default=2.0, help="seconds between halt and resume (default 2)")
         hp.set_defaults(func=cmd_halt, cmd=name, why=None)
+    tp = sub.add_parser("topics", help="the change topics: repartition (guarded: only when fully drained)")
+    tsub = tp.add_subparsers(dest="topics_cmd", required=True)
+    rp = tsub.add_parser(
+        "repartition",
+        help="change the partition count: refused while workers run or a zone is behind; restarts every chain",
+    )
+    rp.add_argument("--partitions", type=int, required=True, help="the new partition count")
+    rp.set_defaults(func=cmd_repartition)
     al = sub.add_parser("alerts", help="open alerts (halted partitions, locked rows); --ack ID")
     al.add_argument("--ack", type=int)
     al.set_defaults(func=cmd_alerts)
