@@ -31,8 +31,8 @@ def _mismatch(zone: str, recorded: int, configured: int, at_least: bool = False)
     return PartitionCountMismatch(
         f"zone {zone}'s change topic was published with {count} partitions, but ZONESYNC_KAFKA_PARTITIONS "
         f"is {configured}: a key's partition depends on the count, so it cannot change while zone {zone}'s "
-        f"replication state lives. Set ZONESYNC_KAFKA_PARTITIONS={recorded}, or start replication over "
-        "(in a dev environment: `make clean`)."
+        f"replication state lives. Set ZONESYNC_KAFKA_PARTITIONS={recorded}, or change the count for every zone "
+        f"with `zonesync topics repartition --partitions {configured}` (once every zone is drained)."
     )
 
 
