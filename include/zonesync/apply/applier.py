@@ -285,16 +285,18 @@ class Applier(Rounds, LagReport, PartitionFaults):
             except META_DOWN:
                 if not self._topics_confirmed:
                     raise
+            topic_names = [self.topic_of(s) for s in self.sources]
+            if self.group:
+                revoke = self._on_revoke
+                consumer.subscribe(topic_names, on_assign=self._on_assign, on_revoke=revoke, on_lost=revoke)
+            else:
+                every = self._take_over([(s, p) for s in self.sources for p in range(self.partitions)])
+                consumer.assign([tp for tp, st in zip(every, self.state.values(), strict=True) if not st.halted])
         except BaseException:
+            # (a zone or meta unreachable: closed here, not left to the garbage collector, which
+            # a kept traceback delays: a librdkafka instance and its threads per retry)
             consumer.close()
             raise
-        topic_names = [self.topic_of(s) for s in self.sources]
-        if self.group:
-            revoke = self._on_revoke
-            consumer.subscribe(topic_names, on_assign=self._on_assign, on_revoke=revoke, on_lost=revoke)
-        else:
-            every = self._take_over([(s, p) for s in self.sources for p in range(self.partitions)])
-            consumer.assign([tp for tp, st in zip(every, self.state.values(), strict=True) if not st.halted])
         # One single-threaded executor per worker: a worker applies its shares in order.
         lanes = [
             ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apply-{self.zone}-{i}") for i in range(self.workers)
