@@ -78,7 +78,11 @@ def test_a_transaction_past_the_limit_is_streamed_with_its_row_count(zone_a_alon
     updates = next(v for v in by_txn.values() if v[0].op == "update")
     assert {e.new["name"] for e in updates} == {f"t{n}-2" for n in range(1, ROWS + 1)}
 
-    cp = latest_checkpoint(meta, "a")
+    # the checkpoint is saved once the broker acked its events, a moment after b converged
+    deadline = time.monotonic() + 15
+    while (cp := latest_checkpoint(meta, "a")).published_hwm < max(e.lsn for e in events):
+        assert time.monotonic() < deadline, f"the checkpoint stays at {cp}"
+        time.sleep(0.1)
     with conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
         end = cur.fetchone()[:2]
