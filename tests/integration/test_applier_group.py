@@ -182,3 +182,36 @@ def test_a_worker_restarted_within_the_session_takes_partitions_back_and_applies
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+def test_a_worker_silent_for_less_than_its_session_keeps_its_partitions(zone_a_alone, zones, meta):
+    """S003-34, the protection period (保护期): a worker that stops answering for a while
+    shorter than the group's session timeout (6 s; ZONESYNC_APPLY_GROUP_SESSION_S), as in a
+    long pause or a network blip, keeps its partitions: nothing is reassigned meanwhile,
+    and once it answers again it goes on where it stood. Every event is applied once."""
+    from zonesync.apply.reconcile import OK
+
+    conn, cluster = zone_a_alone
+    every, child, survivor = _a_child_and_a_thread(cluster)
+    mine = set(_owned(survivor))
+    moved = []
+    try:
+        with Load(conn):
+            time.sleep(2)
+            os.kill(child.pid, signal.SIGSTOP)
+            deadline = time.monotonic() + 3.0  # half the session timeout
+            while time.monotonic() < deadline:
+                if _owned(survivor) != mine:
+                    moved.append(sorted(_owned(survivor)))
+                time.sleep(0.05)
+            os.kill(child.pid, signal.SIGCONT)
+            time.sleep(3)
+            assert _owned(survivor) == mine, "the silent worker's partitions moved after it answered again"
+        assert moved == [], f"partitions moved while the worker was silent within its session: {moved[:3]}"
+        _converged(zones)
+        rows = settled_reconciliation(meta, zones, "b", ["a"], timeout=20)
+        assert rows and all(r.status == OK for r in rows), rows
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait(10)

@@ -81,8 +81,10 @@ from zonesync.meta.db import META_DOWN, MetaConfig
 from zonesync.meta.outage import MetaOutage
 
 log = logging.getLogger("zonesync.applier")
-# Group mode: a worker that stops heartbeating loses its partitions after 6 s.
-GROUP_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+# Group mode: a worker that stops heartbeating keeps its partitions for the session timeout
+# (the seed's 保护期, S003-34: a hang, a GC pause or a network blip shorter than that moves
+# nothing), then loses them to the live workers.
+GROUP_SESSION_S = 6.0
 TXN_HOLD_ROWS = 50_000  # the replicator's large_txn_rows: a larger transaction is streamed
 ATOMIC_FETCH_BYTES = 64 * 1024
 
@@ -112,6 +114,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
         behind_timeout: float = 10.0,
         lag_warning_s: float = 60.0,
         atomic_transactions: bool = False,
+        group_session_s: float = GROUP_SESSION_S,
     ):
         self.zone = zone
         self.sources = sources
@@ -130,6 +133,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
         self.rounds_in_flight = max(1, rounds_in_flight)
         self.unique_conflict_timeout = unique_conflict_timeout
         self.group = group
+        self.group_session_s = group_session_s  # group mode: how long a silent worker keeps its partitions
         self.txn_hold_timeout = txn_hold_timeout
         self._held: dict[tuple[str, int], list] = {}  # per partition: a transaction's rows, its end not read
         self._held_since: dict[tuple[str, int], float] = {}
@@ -270,7 +274,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
 
         config = transport.consumer_config(bootstrap_used, f"zonesync-apply-{self.zone}")
         if self.group:
-            config.update(GROUP_CONFIG)
+            config.update({"session.timeout.ms": int(self.group_session_s * 1000), "heartbeat.interval.ms": 500})
         if self.atomic_transactions:
             # small slices of every partition per fetch: a transaction's rows, spread over the
             # partitions, arrive close together (atomic_rounds.py: what is held stays small)
