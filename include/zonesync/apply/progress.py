@@ -62,22 +62,7 @@ def resume(target_conn, source_zone: str, partitions: list[int] | None = None) -
     returns the partitions resumed. A running applier notices within a second and takes
     them back from their applied LSN; whatever halted them (a gap no resend can repair, a
     missing table) halts them again if it is still there."""
-    with target_conn.cursor() as cur:
-        cur.execute(
-            "SELECT partition_no FROM zonesync.apply_state WHERE source_zone = %s AND status = 'halted' "
-            "ORDER BY partition_no FOR UPDATE",
-            (source_zone,),
-        )
-        halted = [int(r[0]) for r in cur.fetchall()]
-        chosen = [p for p in halted if partitions is None or p in partitions]
-        if chosen:
-            cur.execute(
-                "UPDATE zonesync.apply_state SET status = 'running', detail = '' WHERE source_zone = %s "
-                f"AND partition_no IN ({', '.join(str(p) for p in chosen)})",
-                (source_zone,),
-            )
-    target_conn.commit()
-    return chosen
+    return _set_status(target_conn, source_zone, partitions, "halted", "running", "")
 
 
 def halt(target_conn, source_zone: str, partitions: list[int] | None, why: str) -> list[int]:
@@ -86,19 +71,25 @@ def halt(target_conn, source_zone: str, partitions: list[int] | None, why: str) 
     no-op). Taken under the partitions' apply_state row locks, as every batch claims them:
     a batch that claimed one first commits first, every later one finds it halted and
     writes nothing (apply_state.PartitionHalted). The applier pauses it within a second."""
+    return _set_status(target_conn, source_zone, partitions, "running", "halted", why[:500])
+
+
+def _set_status(target_conn, source_zone: str, partitions, old: str, new: str, detail: str) -> list[int]:
+    """Partitions of a source in status `old` (all, or those listed) set to `new`, under
+    their apply_state row locks; returns them."""
     with target_conn.cursor() as cur:
         cur.execute(
-            "SELECT partition_no FROM zonesync.apply_state WHERE source_zone = %s AND status = 'running' "
+            "SELECT partition_no FROM zonesync.apply_state WHERE source_zone = %s AND status = %s "
             "ORDER BY partition_no FOR UPDATE",
-            (source_zone,),
+            (source_zone, old),
         )
-        running = [int(r[0]) for r in cur.fetchall()]
-        chosen = [p for p in running if partitions is None or p in partitions]
+        found = [int(r[0]) for r in cur.fetchall()]
+        chosen = [p for p in found if partitions is None or p in partitions]
         if chosen:
             cur.execute(
-                "UPDATE zonesync.apply_state SET status = 'halted', detail = %s WHERE source_zone = %s "
+                "UPDATE zonesync.apply_state SET status = %s, detail = %s WHERE source_zone = %s "
                 f"AND partition_no IN ({', '.join(str(p) for p in chosen)})",
-                (why[:500], source_zone),
+                (new, detail, source_zone),
             )
     target_conn.commit()
     return chosen
