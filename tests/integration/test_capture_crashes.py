@@ -28,6 +28,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.support import replicator_process
+from tests.support.background import wait_until
 from tests.support.binlog import position
 from tests.support.replication import (
     Cluster,
@@ -69,11 +70,7 @@ def mesh(meta, zones, broker, test_cfg, tmp_path):
 
 
 def _wait(cond, what: str, timeout: float = 30.0, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while not (value := cond()):
-        assert time.monotonic() < deadline, what
-        time.sleep(step)
-    return value
+    return wait_until(cond, timeout, what, step=step)
 
 
 def _messages(consumer, topic: str) -> int:

@@ -29,13 +29,13 @@ import os
 import shutil
 import signal
 import threading
-import time
 from dataclasses import dataclass
 
 import pymysql
 import pytest
 from pymysqlreplication.row_event import WriteRowsEvent
 
+from tests.support.background import wait_until
 from tests.support.binlog import open_stream, position
 from tests.support.replication import Cluster, alerts, checksum, reset_state
 from zonesync.capture.source import SourceDB
@@ -120,11 +120,7 @@ class Client(threading.Thread):
 
 
 def _wait(cond, what: str, timeout: float = 30.0, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while not (value := cond()):
-        assert time.monotonic() < deadline, what
-        time.sleep(step)
-    return value
+    return wait_until(cond, timeout, what, step=step)
 
 
 def _written_ids(inst) -> set[int]:

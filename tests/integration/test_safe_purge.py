@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.support.background import wait_until
 from tests.support.replication import (
     Cluster,
     alerts,
@@ -207,11 +208,7 @@ def test_age_purge_refuses_bad_values(zones, meta, capsys, args, names):
 
 
 def _wait(cond, what: str, timeout: float = 30.0, step: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while not (value := cond()):
-        assert time.monotonic() < deadline, what
-        time.sleep(step)
-    return value
+    return wait_until(cond, timeout, what, step=step)
 
 
 def _reported(meta, target: str) -> dict[int, int]:

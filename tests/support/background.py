@@ -28,12 +28,13 @@ class Background:
         raise NotImplementedError
 
 
-def wait_until(predicate, timeout: float, what: str, must: bool = True) -> bool:
-    """Wait until `predicate()`; at the timeout fail naming `what` (or, not `must`, return False)."""
+def wait_until(predicate, timeout: float, what: str, must: bool = True, step: float = 0.05):
+    """Wait until `predicate()` is true and return what it returned; at the timeout fail
+    naming `what` (or, not `must`, return False)."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not (value := predicate()):
         if time.monotonic() > deadline:
             assert not must, f"timed out after {timeout} s waiting until {what}"
             return False
-        time.sleep(0.05)
-    return True
+        time.sleep(step)
+    return value
