@@ -49,5 +49,22 @@ class TransactionDeadlineExceeded(WriteRefused):
         )
 
 
+class RowNotFoundHere(WriteRefused):
+    """update/delete found no row, and its key alone does not decide the ZSID (or entity):
+    the row may live in a zone that owns it and not have replicated here yet, so "no such
+    row" (0) would be a guess. Refused instead; the call wrote nothing."""
+
+    def __init__(self, what: str, table: str, key: dict, zone: str, missing: list[str], zsid_column: str, version: int):
+        self.table, self.key, self.zone, self.missing, self.version = table, dict(key), zone, missing, version
+        where = ", ".join(f"{c}={v!r}" for c, v in key.items())
+        columns = " and ".join(f"the {'ZSID' if c == zsid_column else 'entity'} column {c}" for c in missing)
+        super().__init__(
+            f"{what} {table} {where}: no such row in zone {zone}, but the key does not decide its ZSID, so the "
+            f"row may live in another zone that owns it (not replicated here yet); refused rather than answering "
+            f"0 - write in the owner zone, or include {columns} in the primary key so the guard can route it "
+            f"(rules v{version})"
+        )
+
+
 class TableContractError(GuardError):
     """The table does not meet the replicated-table contract (docs/table-contract.md)."""

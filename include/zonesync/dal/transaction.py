@@ -6,6 +6,11 @@ also locks it) to find its ZSID and entity. An update that moves a row to anothe
 ZSID is checked for both. There is no raw-SQL write path: a write whose ZSID the
 guard cannot determine is refused, never let through.
 
+"No such row" (0) is answered only when it is sure. Where the key alone decides the
+ZSID (and entity), the key is checked before the row is looked for, so only the ACTIVE
+owner can answer 0; elsewhere a missing row may simply not have replicated here yet
+from the zone that owns it, and the write is refused (RowNotFoundHere) instead.
+
 Each write is checked when issued (fail fast) and every touched row again at
 commit, under the guard's shared lock, against whatever version is current
 then, together with the lease and the deadline of the version the transaction
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import time
 
-from zonesync.dal.errors import TableContractError, TransactionDeadlineExceeded
+from zonesync.dal.errors import RowNotFoundHere, TableContractError, TransactionDeadlineExceeded
 
 BOOKKEEPING = ("_zs_origin", "_zs_version")
 
@@ -100,9 +105,25 @@ class Transaction:
             )
         return pk, columns
 
-    def _locked_row(self, table: str, key: dict, pk: list[str]) -> dict | None:
+    @staticmethod
+    def _require_pk(table: str, key: dict, pk: list[str]) -> None:
         if sorted(key) != sorted(pk):
             raise TableContractError(f"table {table}: rows are addressed by the primary key ({', '.join(pk)})")
+
+    def _deciding(self, table: str) -> set[str]:
+        """The columns a row's ZSID and locating entity come from."""
+        spec = self.guard.state.table_spec(table)
+        return {spec.column, *([spec.entity.column] if spec.entity else [])}
+
+    def _absent(self, what: str, table: str, key: dict) -> RowNotFoundHere:
+        """No row, and the key does not decide the ZSID: 0 would be a guess, so refuse."""
+        state = self.guard.state
+        spec = state.table_spec(table)
+        missing = sorted(self._deciding(table) - set(key), key=lambda c: (c != spec.column, c))
+        return RowNotFoundHere(what, table, key, self.guard.zone, missing, spec.column, state.version)
+
+    def _locked_row(self, table: str, key: dict, pk: list[str]) -> dict | None:
+        self._require_pk(table, key, pk)
         where = " AND ".join(f"{_q(c)} = %s" for c in pk)
         with self.conn.cursor() as cur:
             cur.execute(f"SELECT * FROM {_q(table)} WHERE {where} FOR UPDATE", [key[c] for c in pk])
@@ -133,19 +154,23 @@ class Transaction:
         pk, _ = self._meta(table, {**key, **changes}, "update")
         if not changes:
             return 0
-        if sorted(key) != sorted(pk):
-            raise TableContractError(f"table {table}: rows are addressed by the primary key ({', '.join(pk)})")
-        spec = self.guard.state.table_spec(table)
-        deciding = {spec.column, *([spec.entity.column] if spec.entity else [])}
-        if deciding <= set(key) and not deciding & set(changes):
-            # The key alone decides the ZSID (and entity), and the update keeps them: no
-            # need to read the row first. The UPDATE locks it; no row, no change.
+        self._require_pk(table, key, pk)
+        deciding = self._deciding(table)
+        key_decides = deciding <= set(key)
+        if key_decides:
+            # The key alone decides the ZSID (and entity): only their ACTIVE owner may
+            # go on, and so only it can answer "no such row".
             self._check(table, key)
+        if key_decides and not deciding & set(changes):
+            # The update keeps them: no need to read the row first. The UPDATE locks it;
+            # no row, no change.
             old_version = None
         else:
             old = self._locked_row(table, key, pk)
             if old is None:
-                return 0
+                if key_decides:
+                    return 0
+                raise self._absent("update", table, key)
             self._check(table, old)
             self._check(table, {**old, **changes})  # a row moved to another ZSID must be writable there too
             old_version = int(old["_zs_version"])
@@ -164,9 +189,15 @@ class Transaction:
 
     def delete(self, table: str, key: dict) -> int:
         pk, _ = self._meta(table, key, "delete from")
+        self._require_pk(table, key, pk)
+        key_decides = self._deciding(table) <= set(key)
+        if key_decides:
+            self._check(table, key)  # only the ACTIVE owner of the key's ZSID can answer 0
         old = self._locked_row(table, key, pk)
         if old is None:
-            return 0
+            if key_decides:
+                return 0
+            raise self._absent("delete from", table, key)
         self._check(table, old)
         where = " AND ".join(f"{_q(c)} = %s" for c in pk)
         with self.conn.cursor() as cur:
