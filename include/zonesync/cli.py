@@ -129,10 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as exc:
         print(f"zonesync: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # RuleSetError, RuleCheckError: already one line naming the field
+    except ValueError as exc:  # RuleSetError, RuleCheckError, UserFileError: already one line naming the field
         from zonesync.rules import RuleCheckError, RuleSetError
+        from zonesync.user_files import UserFileError
 
-        if isinstance(exc, (RuleSetError, RuleCheckError)):
+        if isinstance(exc, (RuleSetError, RuleCheckError, UserFileError)):
             print(f"zonesync: {exc}", file=sys.stderr)
             return 2
         raise
@@ -142,8 +143,17 @@ def main(argv: list[str] | None = None) -> int:
         from zonesync.airflow_api import AirflowApiError
         from zonesync.dev import broker, env, mariadb, procs
         from zonesync.meta.db import MetaError
+        from zonesync.transport import TransportError
 
-        known = (env.EnvError, mariadb.MariaDBError, procs.PortInUse, broker.BrokerError, AirflowApiError, MetaError)
+        known = (
+            env.EnvError,
+            mariadb.MariaDBError,
+            procs.PortInUse,
+            broker.BrokerError,
+            AirflowApiError,
+            MetaError,
+            TransportError,
+        )
         if isinstance(exc, known):
             print(f"zonesync: {exc}", file=sys.stderr)
             return 2

@@ -14,6 +14,7 @@ import zlib
 from pathlib import Path
 
 from zonesync import config
+from zonesync.user_files import MISSING, UserFileError, read_user_text
 
 
 class TransportError(RuntimeError):
@@ -28,13 +29,26 @@ def bootstrap(env: dict | None = None) -> str:
     env = dict(os.environ if env is None else env)
     if env.get("ZONESYNC_KAFKA_BOOTSTRAP"):
         return env["ZONESYNC_KAFKA_BOOTSTRAP"]
-    path = Path(env.get("ZONESYNC_KAFKA_BOOTSTRAP_FILE") or config.load(env).broker_file)
+    given = env.get("ZONESYNC_KAFKA_BOOTSTRAP_FILE")
+    path = Path(given or config.load(env).broker_file)
+    what = "ZONESYNC_KAFKA_BOOTSTRAP_FILE" if given else "the dev broker's info file"
     try:
-        return json.loads(path.read_text())["bootstrap"]
-    except (FileNotFoundError, ValueError, KeyError):
+        doc = json.loads(read_user_text(path, what))
+    except UserFileError as exc:
+        if exc.reason == MISSING:
+            raise TransportError(
+                f"no Kafka bootstrap: set ZONESYNC_KAFKA_BOOTSTRAP or start the dev broker ({path} missing)"
+            ) from None
+        raise TransportError(f"no Kafka bootstrap: {exc}") from None
+    except ValueError:  # not JSON (an empty file too)
+        doc = None
+    servers = doc.get("bootstrap") if isinstance(doc, dict) else None
+    if not isinstance(servers, str) or not servers:
         raise TransportError(
-            f"no Kafka bootstrap: set ZONESYNC_KAFKA_BOOTSTRAP or start the dev broker ({path} missing)"
-        ) from None
+            f'no Kafka bootstrap: {path} ({what}) is not JSON with a "bootstrap" string (as the dev broker '
+            "writes it): fix the file, or set ZONESYNC_KAFKA_BOOTSTRAP=host:port instead"
+        )
+    return servers
 
 
 def partitions(env: dict | None = None) -> int:

@@ -82,6 +82,44 @@ def test_bad_rule_files_are_one_line_and_change_nothing(run, tmp_path, meta, con
     assert MetaStore(meta).head() == head
 
 
+@pytest.mark.parametrize(
+    "content, fix",
+    [
+        (yaml.safe_dump(BASE).encode() + "# zone a: Zürich\n".encode("latin-1"), "iconv -f latin1 -t utf-8"),
+        (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + bytes(range(256)), "check that this is the right file"),
+    ],
+    ids=["latin1", "binary"],
+)
+def test_files_that_are_not_utf8_are_one_line_and_change_nothing(run, tmp_path, meta, content, fix):
+    head = MetaStore(meta).head()
+    path = tmp_path / "rules.yaml"
+    path.write_bytes(content)
+    for args in (("rules", "check", str(path)), ("rules", "apply", str(path), "--reason", "not utf-8")):
+        result = run(*args)
+        assert result.returncode == 2 and result.stdout == "", result
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert lines[0].startswith(f"zonesync: {path}: ") and "must be UTF-8 text" in lines[0], lines[0]
+        assert "at offset " in lines[0] and fix in lines[0], lines[0]
+    assert MetaStore(meta).head() == head, "nothing published"
+
+
+def test_missing_directory_and_empty_files_are_one_line_and_a_bom_is_fine(run, tmp_path, meta):
+    head = MetaStore(meta).head()
+    empty = tmp_path / "empty.yaml"
+    empty.write_bytes(b"")
+    for target, words in ((tmp_path / "nope.yaml", "does not exist"), (tmp_path, "is a directory"), (empty, "empty")):
+        for args in (("rules", "check", str(target)), ("rules", "apply", str(target), "--reason", "bad")):
+            result = run(*args)
+            assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+            assert f"zonesync: {target}: " in result.stderr and words in result.stderr, result.stderr
+    assert MetaStore(meta).head() == head
+    bom = tmp_path / "bom.yaml"
+    bom.write_bytes(b"\xef\xbb\xbf" + yaml.safe_dump(BASE).encode())
+    checked = run("rules", "check", "--offline", str(bom))
+    assert checked.returncode == 0 and "OK" in checked.stdout, checked.stderr
+
+
 def test_apply_requires_a_reason_and_show_unknown_version(run, tmp_path):
     result = run("rules", "apply", write(tmp_path, BASE))
     assert result.returncode == 2 and "--reason" in result.stderr

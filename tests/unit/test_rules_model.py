@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from zonesync.rules import RuleSetError, load_file, parse
 from zonesync.rules.check import RuleCheckError, check, problems
@@ -67,6 +68,34 @@ def test_bad_yaml_and_missing_file(tmp_path):
         load_file(f)
     with pytest.raises(RuleSetError, match="cannot read the file"):
         load_file(tmp_path / "missing.yaml")
+
+
+def test_files_that_are_not_utf8_text_name_the_byte_and_the_fix(tmp_path):
+    f = tmp_path / "r.yaml"
+    f.write_bytes(yaml.safe_dump(GOOD).encode() + "# café\n".encode("latin-1"))
+    with pytest.raises(RuleSetError) as err:
+        load_file(f)
+    text = str(err.value)
+    assert text.startswith(f"{f}: not UTF-8: byte 0xe9") and "(line " in text, text
+    assert "must be UTF-8 text" in text and "iconv -f latin1 -t utf-8" in text and "\n" not in text
+    f.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00")
+    with pytest.raises(RuleSetError, match=r"looks binary: byte 0x00 at offset 7 \(line 1, column 8\) is not text"):
+        load_file(f)
+    f.write_bytes(b"rules: [\x01]\n")
+    with pytest.raises(RuleSetError, match=r"line 1, column 9: control character U\+0001 is not allowed"):
+        load_file(f)
+    with pytest.raises(RuleSetError, match="is a directory"):
+        load_file(tmp_path)
+
+
+def test_bom_is_accepted_and_empty_files_are_refused(tmp_path):
+    f = tmp_path / "r.yaml"
+    f.write_bytes(b"\xef\xbb\xbf" + yaml.safe_dump(GOOD).encode())
+    assert load_file(f) == parse(GOOD)
+    for empty in (b"", b"\xef\xbb\xbf", b"# nothing yet\n"):
+        f.write_bytes(empty)
+        with pytest.raises(RuleSetError, match=r"the file is empty \(or only comments\): write a rule set"):
+            load_file(f)
 
 
 def test_check_names_zsids_and_zones():

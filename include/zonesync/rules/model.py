@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from zonesync.user_files import UserFileError, read_user_text
+
 ACTIVE, BLOCK, RESHARDING = "ACTIVE", "BLOCK", "RESHARDING"
 STATUSES = (ACTIVE, BLOCK, RESHARDING)
 SCHEMA_FILE = Path(__file__).with_name("ruleset.schema.json")
@@ -179,15 +181,29 @@ def parse(doc: object, source: str = "rule set") -> RuleSet:
 
 
 def load_file(path: str | Path) -> RuleSet:
+    """A rules file (UTF-8 YAML; a BOM is fine), or RuleSetError naming the file and the fix."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RuleSetError(str(path), [f"cannot read the file: {exc.strerror}"]) from None
+        text = read_user_text(path, "rules file")
+    except UserFileError as exc:  # missing, a directory, unreadable, not UTF-8, binary
+        raise RuleSetError(str(path), [exc.problem]) from None
     try:
         doc = yaml.safe_load(text)
+    except yaml.reader.ReaderError as exc:  # a control character: its message would take two lines
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        problem = f"not valid YAML at line {line}, column {column}: control character U+{exc.character:04X}"
+        raise RuleSetError(str(path), [f"{problem} is not allowed: remove it"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         raise RuleSetError(str(path), [f"not valid YAML at {where}: {getattr(exc, 'problem', exc)}"]) from None
+    if doc is None:
+        raise RuleSetError(
+            str(path),
+            [
+                "the file is empty (or only comments): write a rule set (zsid_space, rules, tables), "
+                "e.g. start from examples/rules.yaml"
+            ],
+        )
     return parse(doc, str(path))
