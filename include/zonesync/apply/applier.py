@@ -71,7 +71,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from zonesync import transport
 from zonesync.apply.atomic_rounds import spans_workers, whole_transactions
 from zonesync.apply.continuity import PartitionState, complete_prefix, filter_chain
-from zonesync.apply.lag_report import LagReport
+from zonesync.apply.lag_report import Backlog, LagReport, message_time
 from zonesync.apply.partition_faults import PartitionFaults
 from zonesync.apply.rounds import Rounds
 from zonesync.apply.writer import PartitionsStopped, TableMissing, ZoneWriter
@@ -156,9 +156,9 @@ class Applier(Rounds, LagReport, PartitionFaults):
         self.state: dict[tuple[str, int], PartitionState] = {}
         self._local = threading.local()
         self._writers: list[ZoneWriter] = []
-        self._last_commit_ts: dict[tuple[str, int], int] = {}
         self._offsets: dict[tuple[str, int], int] = {}
         self._per_message: dict[tuple[str, int], int] = {}  # events in the last message read
+        self._backlog: dict[tuple[str, int], Backlog] = {}  # messages read, not applied (lag_report.py)
         self.meta_outage = MetaOutage(f"applier {zone}", log)
         self._unsent_alerts: list[tuple[str, dict]] = []
         self._topics_confirmed = False  # meta confirmed the partition counts once
@@ -235,6 +235,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
             lsn, offset, status = recorded.get((source, p), (0, -1, "running"))
             self.state[(source, p)] = PartitionState(applied_lsn=lsn, halted=status == "halted")
             self._offsets[(source, p)] = offset
+            self._backlog[(source, p)] = Backlog(lsn, offset + 1)
             out.append(TopicPartition(self.topic_of(source), p, offset + 1 if offset >= 0 else OFFSET_BEGINNING))
         return out
 
@@ -256,13 +257,14 @@ class Applier(Rounds, LagReport, PartitionFaults):
         for key in keys:
             self.state.pop(key, None)
             self._offsets.pop(key, None)
+            self._backlog.pop(key, None)
             self._held.pop(key, None)
             self._stops.pop(key, None)
         consumer.unassign()
         log.info("applier %s: gave up partitions %s", self.zone, sorted(keys))
 
     def _pass(self, deadline: float | None) -> None:
-        self.state, self._offsets = {}, {}
+        self.state, self._offsets, self._backlog = {}, {}, {}
         self._held, self._held_since = {}, {}
         bootstrap_used = self.bootstrap()
         down = {"since": None}
@@ -350,6 +352,9 @@ class Applier(Rounds, LagReport, PartitionFaults):
                     for key, events in held.items():
                         self._held[key] = events + self._held.get(key, [])
                     whole = bool(self.table_weights) or spans_workers(jobs, self.workers)
+                # once a second, the ages of what is pending, taken before this round is
+                # handed out, while its events are still pending (lag_report.py)
+                pending = self._pending_ages() if time.monotonic() - last_lag >= 1.0 else None
                 if jobs:
                     # One transaction per worker: partition p always goes to worker p % workers,
                     # so a key (one partition number in every source) is applied by one worker.
@@ -365,12 +370,12 @@ class Applier(Rounds, LagReport, PartitionFaults):
                     if not st.halted and (key in gaps or st.gap_since is not None):
                         self._on_gap(consumer, key, gaps.get(key))
                 now = time.monotonic()
-                if now - last_lag >= 1.0:
+                if pending is not None:
                     last_lag = now
                     if self.bootstrap() != bootstrap_used:
                         raise RuntimeError("the broker moved (new bootstrap): reconnecting")
                     self._check_status()
-                    self._report_lag(consumer)
+                    self._report_lag(consumer, pending)
                     self._send_alerts()
                     if now - self._last_gc >= 60:
                         self._last_gc = now
@@ -413,7 +418,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
         messages (a gap inside one stops the chain there, and what follows comes again
         with the resend), so apply_state's offset + 1 is where the next message starts.
         """
-        decode, source_of, state = decode_message, self._source_of_topic, self.state
+        decode, source_of, state, backlogs = decode_message, self._source_of_topic, self.state, self._backlog
         events, delivered = 0, False
         for i, msg in enumerate(msgs):
             if events >= budget:
@@ -431,6 +436,9 @@ class Applier(Rounds, LagReport, PartitionFaults):
             except EventError as exc:
                 self._halt(consumer, key, f"malformed message at offset {offset}: {exc}")
                 continue
+            backlog = backlogs.get(key)
+            if backlog is not None:  # its timestamp, for seconds behind (lag_report.py)
+                backlog.on_read(offset, batch[-1].lsn, message_time(msg, batch[0]))
             if batch[0].is_retry or batch[-1].is_retry:
                 st.retry_seen = time.monotonic()  # a resend is arriving (partition_faults._on_gap)
             chain = by_partition.get(key)

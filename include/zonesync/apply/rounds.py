@@ -88,7 +88,9 @@ class Rounds:
             for key, chain in share:
                 last_event, last_offset = chain[-1]
                 self._offsets[key] = last_offset
-                self._last_commit_ts[key] = last_event.commit_ts
+                backlog = self._backlog.get(key)
+                if backlog is not None:
+                    backlog.on_commit(last_event.lsn)  # what it read up to here is applied (lag_report.py)
                 if key in self._stops and last_event.lsn >= self._stops[key][0]:
                     del self._stops[key]  # its stopped event is applied (or its row locked)
                     self._expired_waits.difference_update([w for w in self._expired_waits if w[:2] == key])
