@@ -5,13 +5,13 @@ of one that is not, and again for transactions that cut makes incomplete."""
 from __future__ import annotations
 
 from tests.support.events import change_event
-from zonesync.apply.atomic_rounds import spans_workers, whole_transactions
+from zonesync.apply.atomic_rounds import MAX_RELEASED, RELEASED, spans_workers, whole_transactions
 from zonesync.capture.event import INSERT
 
 
-def ev(lsn: int, partition: int, txn: str, count: int):
+def ev(lsn: int, partition: int, txn: str, count: int, end: bool = False):
     return change_event(lsn=lsn, op=INSERT, table="t", pk={"id": lsn}, version=1, partition=partition, txn_id=txn,
-                        row_count=count, new={"id": lsn})  # fmt: skip
+                        row_count=count, new={"id": lsn}, txn_end=end)  # fmt: skip
 
 
 def lsns(chains: dict) -> dict:
@@ -53,7 +53,8 @@ def test_a_transaction_that_waited_out_the_timeout_or_is_too_large_goes_through(
     jobs = {("a", 0): [(ev(1, 0, "t1", 2), 10)]}
     waiting = {("a", "t1"): 0.0}
     kept, held = whole_transactions(jobs, waiting, now=5.0, timeout=5, hold_rows=100, max_held=1000)
-    assert lsns(kept) == lsns(jobs) and held == {} and waiting == {}
+    assert lsns(kept) == lsns(jobs) and held == {}
+    assert waiting == {("a", "t1"): RELEASED}, "let through short of a row: its last row will pass at once"
     big = {("a", 0): [(ev(1, 0, "t9", 500), 10)]}
     kept, held = whole_transactions(big, {}, now=0.0, timeout=5, hold_rows=100, max_held=1000)
     assert lsns(kept) == lsns(big), "streamed: applied in parts"
@@ -84,7 +85,7 @@ def test_a_waited_out_transaction_is_not_held_again_when_another_is_cut():
     kept, held = whole_transactions(jobs, waiting, now=9.0, timeout=5, hold_rows=100, max_held=1000)
     assert lsns(kept) == {("a", 1): [(3, 20)]}
     assert lsns(held) == {("a", 0): [(1, 10), (2, 11)]}
-    assert waiting == {("a", "t2"): 9.0}
+    assert waiting == {("a", "t2"): 9.0, ("a", "t1"): RELEASED}, "t1 went short of its partition-0 row"
 
 
 def test_holding_more_than_the_cap_lets_the_round_through():
@@ -93,6 +94,34 @@ def test_holding_more_than_the_cap_lets_the_round_through():
     jobs = {("a", 0): [(ev(n, 0, f"t{n}", 2), n) for n in range(1, 6)]}  # five halves of transactions
     waiting: dict = {}
     kept, held = whole_transactions(jobs, waiting, now=0.0, timeout=5, hold_rows=100, max_held=4)
-    assert lsns(kept) == lsns(jobs) and held == {} and waiting == {}
+    assert lsns(kept) == lsns(jobs) and held == {}
+    assert waiting == {("a", f"t{n}"): RELEASED for n in range(1, 6)}
+    waiting = {}
     kept, held = whole_transactions(jobs, waiting, now=0.0, timeout=5, hold_rows=100, max_held=5)
     assert kept == {} and len(held[("a", 0)]) == 5
+
+
+def test_the_rest_of_a_released_transaction_passes_at_once():
+    """A round let through by `max_held` applied t1's partition-0 row; its partition-1 row,
+    read later, can never make t1 whole: it passes in its own round, with what follows it,
+    instead of waiting out the timeout (catch-ups stalled 5 s at a time on such remnants)."""
+    waiting: dict = {}
+    first = {("a", 0): [(ev(1, 0, "t1", 2), 10), (ev(2, 0, "t2", 2), 11)]}
+    kept, held = whole_transactions(first, waiting, now=0.0, timeout=5, hold_rows=100, max_held=1)
+    assert lsns(kept) == lsns(first)
+    later = {("a", 1): [(ev(3, 1, "t1", 2), 20), (ev(4, 1, "t3", 1), 21)]}
+    kept, held = whole_transactions(later, waiting, now=0.1, timeout=5, hold_rows=100, max_held=1000)
+    assert lsns(kept) == lsns(later) and held == {}
+    # a transaction never let through still waits
+    kept, held = whole_transactions({("a", 2): [(ev(5, 2, "t4", 2), 30)]}, waiting, now=0.2, timeout=5,
+                                    hold_rows=100, max_held=1000)  # fmt: skip
+    assert kept == {} and lsns(held) == {("a", 2): [(5, 30)]}
+
+
+def test_released_transactions_are_remembered_up_to_a_bound():
+    waiting: dict = {}
+    for n in range(MAX_RELEASED + 10):
+        whole_transactions({("a", 0): [(ev(n, 0, f"t{n}", 2), n)]}, waiting, now=9.0, timeout=5, hold_rows=100,
+                           max_held=0)  # fmt: skip
+    assert len(waiting) == MAX_RELEASED
+    assert ("a", "t0") not in waiting and ("a", f"t{MAX_RELEASED + 9}") in waiting, "the oldest are forgotten"

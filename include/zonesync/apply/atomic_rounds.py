@@ -18,13 +18,19 @@ product_detail). With `atomic_transactions` the applier instead:
 A transaction whose rows never all arrive (part of it applied before a restart in the
 default mode, or a transaction of a replicator from before row counts) is let through
 once it waited `timeout` seconds, and so is one too large to hold (streamed: more than
-`hold_rows` rows), which is then applied in parts. The price: rounds with transactions
+`hold_rows` rows), which is then applied in parts. A transaction let through short of
+rows is remembered as released (RELEASED in `waiting_since`): its remaining rows, when
+they come, can never make it whole, so they pass at once instead of waiting out the
+timeout again with everything behind them (session 12 found catch-ups stalled 5 s at a
+time on such remnants after a round let through by `max_held`). The price: rounds with transactions
 that span workers run on one connection, so bulk transactions lose the parallel apply.
 """
 
 from __future__ import annotations
 
 Key = tuple[str, int]  # (source zone, partition)
+RELEASED = float("-inf")  # in waiting_since: let through short of rows; the rest passes at once
+MAX_RELEASED = 10_000  # remembered released transactions (oldest forgotten first)
 
 
 def whole_transactions(
@@ -45,6 +51,7 @@ def whole_transactions(
             where.setdefault(txn, []).append((key, i))
             needed[txn] = e.row_count
     present = {txn: len(rows) for txn, rows in where.items()}
+    short_of_rows = {txn for txn, n in present.items() if n < needed[txn]}
     cut = {key: len(chain) for key, chain in jobs.items()}  # each chain is kept up to here
 
     def waits(txn) -> bool:
@@ -69,8 +76,8 @@ def whole_transactions(
                     short.append(other)
             cut[key] = i
     for txn in present:
-        if txn not in held_txns:
-            waiting_since.pop(txn, None)  # applied now: whole, too large to hold, or waited out
+        if txn not in held_txns:  # applied now: whole, too large to hold, or waited out
+            _applied(waiting_since, txn, txn in short_of_rows)
     kept: dict[Key, list] = {}
     held: dict[Key, list] = {}
     for key, chain in jobs.items():
@@ -84,9 +91,21 @@ def whole_transactions(
             kept[key] = head
     if sum(len(events) for events in held.values()) > max_held:
         for txn in held_txns:
-            waiting_since.pop(txn, None)
+            _applied(waiting_since, txn, txn in short_of_rows)
         return jobs, {}
     return kept, held
+
+
+def _applied(waiting_since: dict, txn, short: bool) -> None:
+    """A transaction leaves the round applied: forgotten if whole, remembered as released
+    if some of its rows are still to come (bounded: the oldest released are forgotten)."""
+    waiting_since.pop(txn, None)
+    if short:
+        waiting_since[txn] = RELEASED
+        if len(waiting_since) > MAX_RELEASED:
+            oldest = next((t for t, since in waiting_since.items() if since == RELEASED), None)
+            if oldest is not None:
+                del waiting_since[oldest]
 
 
 def spans_workers(jobs: dict[Key, list], workers: int) -> bool:
