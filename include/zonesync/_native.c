@@ -43,7 +43,7 @@ enum { OP_INSERT = 0, OP_UPDATE = 1, OP_DELETE = 2 };
 #define MAX_COLUMNS 4096
 #define LIT(s) s, sizeof(s) - 1
 
-/* -- crc32, zlib's (transport.partition_of uses zlib.crc32) --------------------------- */
+/* -- crc32, zlib's (events.partition_of uses zlib.crc32) --------------------------- */
 static uint32_t crc_table[256];
 
 static void crc_init(void) {

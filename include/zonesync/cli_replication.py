@@ -131,8 +131,8 @@ def cmd_bootstrap(args) -> int:
 
 
 def cmd_safe_purge(args) -> int:
-    from zonesync.capture.event import EventError
     from zonesync.capture.purge import safe_purge
+    from zonesync.events import EventError
     from zonesync.meta.db import MetaConfig
 
     if args.before is not None or args.older_than is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from pathlib import Path
 
 from zonesync import config
@@ -53,17 +52,6 @@ def bootstrap(env: dict | None = None) -> str:
 
 def partitions(env: dict | None = None) -> int:
     return config.load(env).kafka_partitions
-
-
-def partition_of(table: str, pk_text: str, count: int) -> int:
-    """Deterministic: the same row always lands in the same partition, on every re-read."""
-    return zlib.crc32(pk_text.encode(), table_seed(table)) % count
-
-
-def table_seed(table: str) -> int:
-    """crc32 of the table's part of a row's partition key: the replicator hashes it once per
-    rows event and goes on from it with each row's pk text (crc32 of the concatenation)."""
-    return zlib.crc32(f"{table}\x00".encode())
 
 
 def producer_config(bootstrap_servers: str) -> dict:

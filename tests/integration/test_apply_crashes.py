@@ -24,8 +24,8 @@ from tests.support.apply_faults import RowLock, committed_events, positions
 from tests.support.background import Background, wait_until
 from tests.support.replication import Cluster, alerts, checksum, reset_state, settled_reconciliation
 from tests.support.replicator_process import kill
-from zonesync import transport
 from zonesync.apply.reconcile import OK
+from zonesync.events import partition_of
 
 pytestmark = pytest.mark.integration
 
@@ -103,7 +103,7 @@ def _kill_mid_batch(zones, child) -> None:
     committed): a row the load keeps writing is held FOR UPDATE in b, so the batch that
     writes it waits. The batch is rolled back: its partition's position does not move."""
     held = 7
-    held_partition = transport.partition_of("tenants", f"[{held}]", PARTITIONS)
+    held_partition = partition_of("tenants", f"[{held}]", PARTITIONS)
     wait_until(lambda: held in {r[0] for r in checksum(zones["b"])}, 30, f"tenant {held} is in zone b")
     with RowLock(zones["b"], "tenants", "tenant_id", [held]) as lock:
         waiter = lock.wait_for_waiter(30, "the applier's batch waits for the held row")

@@ -13,7 +13,7 @@ import pytest
 from tests.support.events import change_event
 from tests.support.replication import reset_state
 from zonesync.apply.writer import ZoneWriter
-from zonesync.capture.event import INSERT, UPDATE, ChangeEvent, encode_row
+from zonesync.events import INSERT, UPDATE, ChangeEvent, encode_row
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ import pytest
 
 from tests.support.background import wait_until
 from tests.support.replication import Cluster, reset_state, settled_reconciliation
-from zonesync import transport
 from zonesync.apply.reconcile import OK
+from zonesync.events import partition_of
 
 pytestmark = pytest.mark.integration
 
@@ -105,8 +105,8 @@ def _rows(inst) -> list:
 def test_a_transactions_rows_in_several_partitions_become_visible_together(pairs_env, zones, meta):
     cluster, weighted = pairs_env
     spanning = sum(
-        transport.partition_of("at_product", f"[{i}]", PARTITIONS) % WORKERS
-        != transport.partition_of("at_detail", f"[{_detail_id(i)}]", PARTITIONS) % WORKERS
+        partition_of("at_product", f"[{i}]", PARTITIONS) % WORKERS
+        != partition_of("at_detail", f"[{_detail_id(i)}]", PARTITIONS) % WORKERS
         for i in range(1, PAIRS + 1)
     )
     assert spanning > PAIRS // 2, "most pairs are split between workers"

@@ -39,7 +39,7 @@ from tests.support.replication import (
 )
 from zonesync.apply.reconcile import OK
 from zonesync.capture.checkpoints import CheckpointStore
-from zonesync.capture.event import decode_message, file_number
+from zonesync.events import decode_message, file_number
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from tests.support.background import wait_until
 from tests.support.binlog import position
 from tests.support.held_acks import AckGate
 from tests.support.replication import insert_tenants, latest_checkpoint
-from zonesync.capture.event import decode_message, file_number
+from zonesync.events import decode_message, file_number
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.support import binlog, replicator_process
 from tests.support.replication import Cluster, alerts, checksum, reset_state, wait_converged
 from zonesync.capture.checkpoints import CheckpointStore
-from zonesync.capture.event import decode_message, file_number
+from zonesync.events import decode_message, file_number
 
 pytestmark = pytest.mark.integration
 

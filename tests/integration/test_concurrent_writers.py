@@ -28,8 +28,8 @@ from tests.support.background import wait_until
 from tests.support.replication import ZONE_IDS, ZONES, settled_reconciliation, wait_converged
 from zonesync import cli
 from zonesync.apply.reconcile import OK
-from zonesync.capture.event import decode_message
 from zonesync.dal.errors import WriteRefused
+from zonesync.events import decode_message
 
 pytestmark = pytest.mark.integration
 

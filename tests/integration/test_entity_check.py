@@ -17,7 +17,7 @@ import pytest
 from tests.support.events import change_event
 from tests.support.replication import alerts, checksum, reset_state, wait_converged
 from zonesync.apply.writer import ZoneWriter
-from zonesync.capture.event import DELETE, INSERT, UPDATE, encode_row
+from zonesync.events import DELETE, INSERT, UPDATE, encode_row
 
 pytestmark = pytest.mark.integration
 

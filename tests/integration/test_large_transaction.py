@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.support.replication import checksum, latest_checkpoint
-from zonesync.capture.event import decode_message
+from zonesync.events import decode_message
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from tests.support.binlog import open_stream, position
 from tests.support.events import change_event
 from zonesync.apply import load_data
 from zonesync.apply.writer import ZoneWriter
-from zonesync.capture.event import INSERT
+from zonesync.events import INSERT
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.support.replication import ZONES, alerts
 from tests.support.rules import BASE, rules_doc
-from zonesync.capture.event import decode_message, encode_message
+from zonesync.events import decode_message, encode_message
 from zonesync.meta.store import MetaStore
 
 pytestmark = pytest.mark.integration

@@ -30,8 +30,8 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.support import replicator_process
 from tests.support.background import wait_until
 from tests.support.replication import Cluster, latest_checkpoint, reset_state
-from zonesync.capture.event import decode_message, file_number, split_lsn
 from zonesync.dev import env, mariadb, procs
+from zonesync.events import decode_message, file_number, split_lsn
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.support.replication import Cluster, reset_state, wait_converged
-from zonesync import transport
 from zonesync.apply.progress import STALE_AFTER_S, lag_report
-from zonesync.capture.event import decode_message, pk_text
+from zonesync.events import decode_message, partition_of, pk_text
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +61,7 @@ def test_a_burst_travels_as_few_messages_with_each_partitions_chain_whole(meta, 
         prev = 0
         for batch in batches:
             for e in batch:
-                assert e.partition == partition == transport.partition_of(e.table, pk_text(e.pk), PARTITIONS)
+                assert e.partition == partition == partition_of(e.table, pk_text(e.pk), PARTITIONS)
                 assert e.prev_lsn == prev, "each event follows the one before it in its partition"
                 assert e.lsn > prev
                 prev = e.lsn

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.background import Background, wait_until
 from tests.support.replication import Cluster, reset_state
-from zonesync import transport
+from zonesync.events import partition_of
 
 pytestmark = pytest.mark.integration
 
@@ -73,11 +73,11 @@ def test_a_halt_on_one_source_leaves_the_other_source_flowing(zones, meta, broke
         cur.execute("DROP TABLE IF EXISTS zonesync_app.only_in_a")
         cur.execute(TABLE_DDL)
         cur.execute("SET SESSION sql_log_bin = 1")
-    halted = transport.partition_of("only_in_a", "[1]", PARTITIONS)
+    halted = partition_of("only_in_a", "[1]", PARTITIONS)
     # a's tenants in the halted partition (held behind the halt) and in the others (flowing)
     a_keys = [t for t in range(1, 400)]
-    a_held = [t for t in a_keys if transport.partition_of("tenants", f"[{t}]", PARTITIONS) == halted][:3]
-    a_free = [t for t in a_keys if transport.partition_of("tenants", f"[{t}]", PARTITIONS) != halted][:3]
+    a_held = [t for t in a_keys if partition_of("tenants", f"[{t}]", PARTITIONS) == halted][:3]
+    a_free = [t for t in a_keys if partition_of("tenants", f"[{t}]", PARTITIONS) != halted][:3]
     cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=PARTITIONS)
     c_rows = "SELECT COUNT(*) FROM zonesync_app.tenants WHERE _zs_origin = 3"
     try:
@@ -107,7 +107,7 @@ def test_a_halt_on_one_source_leaves_the_other_source_flowing(zones, meta, broke
             assert cluster.threads["applier-b"].is_alive()
         assert seen == sorted(seen) and seen[-1] > seen[0] > 0, f"c's rows keep arriving in b during the halt: {seen}"
         c_keys = [1000, *range(2000, writer.next)]
-        assert any(transport.partition_of("tenants", f"[{t}]", PARTITIONS) == halted for t in c_keys), (
+        assert any(partition_of("tenants", f"[{t}]", PARTITIONS) == halted for t in c_keys), (
             "some of c's rows share the halted partition's number"
         )
         total = len(c_keys)  # and every one of them lands, 1000's last update included

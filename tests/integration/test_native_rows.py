@@ -18,8 +18,8 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from tests.support.binlog import open_stream, position
 from zonesync.capture import native_rows
 from zonesync.capture.binlog_stream import LeanBinLogStreamReader
-from zonesync.capture.event import DELETE, INSERT, UPDATE, decode_message, encode_messages
 from zonesync.capture.publish import Txn, close_txn, queue_txn_events
+from zonesync.events import DELETE, INSERT, UPDATE, decode_message, encode_messages
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,9 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.support.background import Background, wait_until
 from tests.support.replication import Cluster, latest_checkpoint, reset_state
 from tests.support.tail_relay import TailRelay
-from zonesync import transport
 from zonesync.capture.checkpoints import CheckpointStore
 from zonesync.dev import broker as broker_mod
+from zonesync.events import partition_of
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ EXPIRED, KEPT = 0, 1  # zone a's partition whose head expires, and one whose hea
 
 def _ids(zsids: range, partition: int) -> list[int]:
     """Tenant ids owned by a zone (ZSID = id mod 1024) that land in `partition`, in order."""
-    return [i for i in zsids if transport.partition_of("tenants", f"[{i}]", PARTITIONS) == partition]
+    return [i for i in zsids if partition_of("tenants", f"[{i}]", PARTITIONS) == partition]
 
 
 A_IDS = {p: _ids(range(1, 400), p) for p in (EXPIRED, KEPT)}

@@ -172,7 +172,7 @@ def test_unsupported_column_types_fall_back_to_the_library(zones):
 def test_plain_tables_are_those_whose_images_need_no_tagging(zones):
     """The replicator skips encode_row for a table map the decoder calls plain: only ever
     for images encode_row would give back untouched (ints, floats, text, NULL)."""
-    from zonesync.capture.event import encode_row
+    from zonesync.events import encode_row
 
     inst = zones["a"]
     conn = _types_table(inst)

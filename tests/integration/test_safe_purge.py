@@ -23,10 +23,10 @@ from tests.support.replication import (
     reset_state,
     wait_converged,
 )
-from zonesync import cli, transport
+from zonesync import cli
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
-from zonesync.capture.event import file_number, pk_text
 from zonesync.capture.purge import closed_at, needed_file, safe_purge
+from zonesync.events import file_number, partition_of, pk_text
 
 pytestmark = pytest.mark.integration
 
@@ -255,7 +255,7 @@ def test_a_stopped_appliers_file_survives_the_purge_and_serves_its_resend(zones,
         assert sorted(y) == [0, 1] and all(y.values()), y
 
         rotated = [f for f, _ in _rotate(conn, 3, rows=8)]  # f1, f2, f3: the rows c lacks
-        assert {transport.partition_of("tenants", pk_text({"tenant_id": 900_000 + k}), 2) for k in range(8)} == {0, 1}
+        assert {partition_of("tenants", pk_text({"tenant_id": 900_000 + k}), 2) for k in range(8)} == {0, 1}
 
         def b_past_everything():
             cp = latest_checkpoint(meta, "a")

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from tests.support.replication import Cluster, reset_state
-from zonesync import transport
 from zonesync.apply import progress
+from zonesync.events import partition_of
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +30,8 @@ def test_a_missing_table_halts_only_its_partitions(zones, meta, broker, test_cfg
         cur.execute("CREATE TABLE zonesync_app.only_in_a (id BIGINT PRIMARY KEY, v VARCHAR(10), "
                     "_zs_origin SMALLINT NOT NULL DEFAULT 0, _zs_version BIGINT NOT NULL DEFAULT 0)")  # fmt: skip
         cur.execute("SET SESSION sql_log_bin = 1")  # its rows are logged
-    halted = transport.partition_of("only_in_a", "[1]", PARTITIONS)
-    tenants = [t for t in range(1, 200) if transport.partition_of("tenants", f"[{t}]", PARTITIONS) != halted][:20]
+    halted = partition_of("only_in_a", "[1]", PARTITIONS)
+    tenants = [t for t in range(1, 200) if partition_of("tenants", f"[{t}]", PARTITIONS) != halted][:20]
     cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=PARTITIONS)
     try:
         cluster.start(zones=("a",), which=("replicator",))

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.support.replication import ZONE_IDS, ZONES, Cluster, checksum, reset_state, wait_converged
 from zonesync.apply.applier import Applier
 from zonesync.apply.writer import ZoneWriter
-from zonesync.capture.event import DELETE, decode_message
+from zonesync.events import DELETE, decode_message
 
 pytestmark = pytest.mark.integration
 

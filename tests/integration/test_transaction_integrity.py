@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.support.replication import Cluster, reset_state
-from zonesync.capture.event import decode_message, encode_message
 from zonesync.dev import broker as broker_mod
+from zonesync.events import decode_message, encode_message
 
 pytestmark = pytest.mark.integration
 

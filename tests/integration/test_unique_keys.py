@@ -19,10 +19,9 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from tests.support.binlog import open_stream, position
 from tests.support.events import change_event
 from tests.support.replication import Cluster, alerts, reset_state
-from zonesync import transport
 from zonesync.apply import progress
 from zonesync.apply.writer import PartitionsStopped, ZoneWriter
-from zonesync.capture.event import DELETE, INSERT, UPDATE
+from zonesync.events import DELETE, INSERT, UPDATE, partition_of
 
 pytestmark = pytest.mark.integration
 
@@ -224,7 +223,7 @@ def test_real_zones_halt_a_unique_conflict_serial_order_cannot_fix(zones, meta, 
     fix, `zonesync resume` lets the row in."""
     partitions, a, b = 4, zones["a"].connect(), zones["b"].connect()
     w, v = _ids_on_different_workers(partitions)
-    stuck = transport.partition_of("uniq_rows", f"[{w}]", partitions)
+    stuck = partition_of("uniq_rows", f"[{w}]", partitions)
     cluster = _uniq_cluster(zones, meta, broker, test_cfg, a, b, partitions, unique_conflict_timeout=1.5)
     try:
         with b.cursor() as cur:
@@ -250,8 +249,8 @@ def test_real_zones_halt_a_unique_conflict_serial_order_cannot_fix(zones, meta, 
 
 def _ids_on_different_workers(partitions: int) -> tuple[int, int]:
     """Two ids whose partitions differ (with as many workers as partitions: different workers)."""
-    first = transport.partition_of("uniq_rows", "[1]", partitions)
-    other = next(i for i in range(2, 100) if transport.partition_of("uniq_rows", f"[{i}]", partitions) != first)
+    first = partition_of("uniq_rows", "[1]", partitions)
+    other = next(i for i in range(2, 100) if partition_of("uniq_rows", f"[{i}]", partitions) != first)
     return 1, other
 
 

@@ -48,9 +48,9 @@ from tests.support.tcp_proxy import TcpProxy
 from zonesync import cli
 from zonesync.apply.reconcile import OK
 from zonesync.apply.writer import ZoneWriter
-from zonesync.capture.event import decode_message, file_number
 from zonesync.capture.source import SourceDB
 from zonesync.dal import WrongZone
+from zonesync.events import decode_message, file_number
 
 pytestmark = pytest.mark.integration
 

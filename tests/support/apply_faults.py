@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from zonesync import transport
+from zonesync.events import partition_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -276,7 +276,7 @@ def keys_of_partition(partition: int, partitions: int, count: int, start: int = 
     """The first `count` integer keys from `start` on whose rows of `table` hash to `partition`."""
     out, key = [], start
     while len(out) < count:
-        if transport.partition_of(table, f"[{key}]", partitions) == partition:
+        if partition_of(table, f"[{key}]", partitions) == partition:
             out.append(key)
         key += 1
     return out

@@ -3,7 +3,7 @@ names only what it is about."""
 
 from __future__ import annotations
 
-from zonesync.capture.event import ChangeEvent
+from zonesync.events import ChangeEvent
 
 
 def change_event(*, lsn: int, op: str, table: str, pk: dict, version: int, **fields) -> ChangeEvent:

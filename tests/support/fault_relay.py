@@ -13,7 +13,7 @@ import threading
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from zonesync.capture.event import decode_message, encode_message
+from zonesync.events import decode_message, encode_message
 
 
 class FaultRelay:

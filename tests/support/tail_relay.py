@@ -21,7 +21,7 @@ import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from zonesync.capture.event import ChangeEvent, decode_message
+from zonesync.events import ChangeEvent, decode_message
 
 
 class TailRelay:

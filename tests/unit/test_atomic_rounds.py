@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tests.support.events import change_event
 from zonesync.apply.atomic_rounds import MAX_RELEASED, RELEASED, spans_workers, whole_transactions
-from zonesync.capture.event import INSERT
+from zonesync.events import INSERT
 
 
 def ev(lsn: int, partition: int, txn: str, count: int, end: bool = False):

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.events import change_event
 from zonesync.apply.lag_report import Backlog, message_time, seconds_behind
-from zonesync.capture.event import encode_message
+from zonesync.events import encode_message
 
 pytestmark = pytest.mark.unit
 

@@ -37,7 +37,7 @@ from tests.support.events import change_event
 from zonesync.apply import decide as decide_module
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
 from zonesync.apply.merge import merge
-from zonesync.capture.event import DELETE, INSERT, UPDATE, ChangeEvent
+from zonesync.events import DELETE, INSERT, UPDATE, ChangeEvent
 
 pytestmark = pytest.mark.unit
 

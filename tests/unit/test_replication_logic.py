@@ -17,7 +17,7 @@ from tests.support.events import change_event
 from zonesync.apply.continuity import complete_prefix, filter_chain
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, WAIT, decide
 from zonesync.apply.merge import merge
-from zonesync.capture.event import (
+from zonesync.events import (
     MAX_MESSAGE_BYTES,
     ChangeEvent,
     EventError,

@@ -75,7 +75,7 @@ from zonesync.apply.lag_report import Backlog, LagReport, message_time
 from zonesync.apply.partition_faults import PartitionFaults
 from zonesync.apply.rounds import Rounds
 from zonesync.apply.writer import PartitionsStopped, TableMissing, ZoneWriter
-from zonesync.capture.event import ChangeEvent, EventError, decode_message
+from zonesync.events import ChangeEvent, EventError, decode_message
 from zonesync.meta import alerts, topics
 from zonesync.meta.db import META_DOWN, MetaConfig
 from zonesync.meta.outage import MetaOutage

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from zonesync.capture.event import ChangeEvent
+from zonesync.events import ChangeEvent
 
 
 @dataclass

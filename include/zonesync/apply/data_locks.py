@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from zonesync.apply.merge import NetChange
-from zonesync.capture.event import ChangeEvent
+from zonesync.events import ChangeEvent
 
 
 def held(lit, name: str, change: NetChange) -> str:

@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 
 import pymysql
 
+from zonesync import events
 from zonesync.apply.statements import IDENT, q
 from zonesync.apply.writer import TableMissing, ZoneWriter
-from zonesync.capture.event import ChangeEvent, EventError, decode_message, decode_row, encode_row, pk_text
+from zonesync.events import ChangeEvent, EventError, decode_message, decode_row, encode_row, pk_text
 
 PK_FORMS = "a JSON list of the key values, e.g. '[42]', or an object by column, e.g. '{\"tenant_id\": 42}'"
 
@@ -120,10 +121,9 @@ def add(
     partitions: int,
 ) -> tuple[bool, str]:
     """Lock the row; (True, its key text) or (False, why not: locked already)."""
-    from zonesync import transport
 
     text = key_text(writer, table, pk)
-    part = transport.partition_of(table, text, partitions)
+    part = events.partition_of(table, text, partitions)
     keys = [(s, part) for s in sorted(sources)]
     writer.ensure_positions(keys)
 

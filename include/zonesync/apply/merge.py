@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zonesync.capture.event import DELETE, INSERT, UPDATE, ChangeEvent
+from zonesync.events import DELETE, INSERT, UPDATE, ChangeEvent
 
 
 @dataclass(slots=True)  # one per row: smaller, and quicker to build and read

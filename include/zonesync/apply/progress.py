@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from zonesync.capture.checkpoints import CheckpointStore
-from zonesync.capture.event import file_number
+from zonesync.events import file_number
 from zonesync.meta.db import MetaConfig
 
 

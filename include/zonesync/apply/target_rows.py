@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from zonesync.apply import new_rows
 from zonesync.apply.statements import key_condition, q, result_sets
-from zonesync.capture.event import encode_row, pk_text
+from zonesync.events import encode_row, pk_text
 
 
 def read(cur, lit, table, pk_cols, keys, texts, first: list[str], loaded: int = 0):

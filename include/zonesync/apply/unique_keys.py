@@ -59,7 +59,7 @@ from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, UPSERT, WAIT, Action, 
 from zonesync.apply.literals import literal_function
 from zonesync.apply.merge import NetChange, merge
 from zonesync.apply.statements import ApplyError, inserts, key_condition, q, send_numbered, upserts
-from zonesync.capture.event import ChangeEvent, decode_row, pk_text
+from zonesync.events import ChangeEvent, decode_row, pk_text
 
 if TYPE_CHECKING:
     from zonesync.apply.writer import ZoneWriter

@@ -21,7 +21,7 @@ from zonesync.apply.batch_result import BatchResult
 from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, WAIT, decide
 from zonesync.apply.merge import NetChange
 from zonesync.apply.statements import inserts, key_condition, q, upserts
-from zonesync.capture.event import decode_row
+from zonesync.events import decode_row
 
 
 class WaitForVersions(Exception):

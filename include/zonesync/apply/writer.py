@@ -55,7 +55,7 @@ from zonesync.apply.new_rows import NotAllNew
 from zonesync.apply.statements import ApplyError, send
 from zonesync.apply.unique_keys import PartitionsStopped, apply_serial
 from zonesync.apply.write_plan import WaitForVersions, plan_writes
-from zonesync.capture.event import INSERT, ChangeEvent, decode_row
+from zonesync.events import INSERT, ChangeEvent, decode_row
 
 # Importable from here, where the applier, the CLI and the tests have always found them.
 __all__ = [

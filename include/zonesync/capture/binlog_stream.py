@@ -37,8 +37,8 @@ from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from zonesync.capture.event import DELETE, INSERT, UPDATE
 from zonesync.capture.rows import RowDecoder, full_bitmap
+from zonesync.events import DELETE, INSERT, UPDATE
 
 ROWS_V1_POST_HEADER = 8  # table id (6) and flags (2)
 _HEADER = struct.Struct("<xIBIIIH")  # OK byte, timestamp, type, server id, event size, next position, flags

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from zonesync.capture.event import file_number
+from zonesync.events import file_number
 from zonesync.meta.db import MetaConfig
 
 HISTORY_KEEP = 5000

@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from zonesync import transport
 from zonesync.capture.checkpoints import Checkpoint
-from zonesync.capture.event import ChangeEvent, decode_message, encode_messages
 from zonesync.capture.faults import EventTooLarge
+from zonesync.events import ChangeEvent, decode_message, encode_messages
 
 
 class DeliveryError(RuntimeError):
@@ -90,7 +90,7 @@ class Delivery:
         payloads = encode_messages(events)
         producer, topic = self.producer, self.topic
         for payload in payloads:
-            # No key: the partition is chosen by the replicator (transport.partition_of, per
+            # No key: the partition is chosen by the replicator (events.partition_of, per
             # row), and a message holds many rows.
             while True:
                 try:

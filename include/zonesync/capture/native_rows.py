@@ -20,7 +20,8 @@ import codecs
 import msgspec
 from pymysqlreplication.constants import FIELD_TYPE
 
-from zonesync.capture.event import DELETE, INSERT, MAX_MESSAGE_EVENTS, UPDATE, EventError, make_lsn
+from zonesync import events
+from zonesync.events import DELETE, INSERT, MAX_MESSAGE_EVENTS, UPDATE, EventError, make_lsn
 
 try:
     from zonesync import _native
@@ -137,7 +138,6 @@ def queue_native(
             return None  # past a signed BIGINT, or text: Python's int() of it
     zone, zone_id, partitions = source
     partition_lsns, hwm, retry_partitions, pending, partition_counts = chain
-    from zonesync import transport
 
     try:
         index, hwm = _native.queue_rows(
@@ -152,7 +152,7 @@ def queue_native(
             version,
             zone_id,
             make_lsn(0, end_pos, 0) | file_bits,
-            transport.table_seed(table),
+            events.table_seed(table),
             partitions,
             b',"source_zone":' + _ENCODE(zone) + b',"origin_zone":',
             b',"table":' + _ENCODE(table) + b',"pk":{' + _ENCODE(pk_cols[0]) + b":",

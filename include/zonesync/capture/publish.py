@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from zonesync import transport
-from zonesync.capture.event import (
+from zonesync import events
+from zonesync.capture.native_rows import NativeRows, queue_native
+from zonesync.events import (
     DELETE,
     MAX_MESSAGE_EVENTS,
     MAX_ROWS_PER_EVENT,
@@ -25,7 +26,6 @@ from zonesync.capture.event import (
     make_lsn,
     pk_text,
 )
-from zonesync.capture.native_rows import NativeRows, queue_native
 
 _END_OPEN = b"false}"  # how an event document ends before close_txn: ..."txn_end":false}
 
@@ -89,7 +89,7 @@ def queue_txn_events(
             if done is not None:
                 index, hwm = done, chain[1]
                 continue
-        seed = transport.table_seed(table)  # transport.partition_of, the table's part hashed once
+        seed = events.table_seed(table)  # events.partition_of, the table's part hashed once
         base = make_lsn(0, end_pos, 0) | file_bits
         single = pk_cols[0] if len(pk_cols) == 1 else None
         bump = 1 if op == DELETE else 0  # a delete's version is the deleted row's + 1: its

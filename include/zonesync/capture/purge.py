@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from zonesync.capture.checkpoints import CheckpointStore
-from zonesync.capture.event import file_number
+from zonesync.events import file_number
 from zonesync.meta.db import MetaConfig
 
 # The binlog reader that asks when each file was closed registers under a server_id of its

@@ -65,13 +65,6 @@ from zonesync.capture.binlog import registered_reader
 from zonesync.capture.binlog_stream import open_reader
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.capture.delivery import Delivery, last_published_lsn
-from zonesync.capture.event import (
-    DELETE,
-    INSERT,
-    UPDATE,
-    ChangeEvent,
-    file_number,
-)
 from zonesync.capture.faults import (
     BINLOG_UNREADABLE,
     RETRY_SECONDS,
@@ -86,6 +79,13 @@ from zonesync.capture.publish import Txn, close_txn, queue_txn_events
 from zonesync.capture.rows import RowDecoder
 from zonesync.capture.source import SourceDB, SourceSettings
 from zonesync.capture.start import NoCheckpoint, start_checkpoint
+from zonesync.events import (
+    DELETE,
+    INSERT,
+    UPDATE,
+    ChangeEvent,
+    file_number,
+)
 from zonesync.meta import resends, topics
 from zonesync.meta.db import MetaConfig
 from zonesync.meta.outage import MetaOutage

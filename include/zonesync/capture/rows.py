@@ -28,8 +28,8 @@ import struct
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from zonesync.capture.event import DELETE, INSERT, UPDATE
 from zonesync.capture.native_rows import NativeRows, NativeSpec, native_spec
+from zonesync.events import DELETE, INSERT, UPDATE
 
 # Fixed-width columns: struct format per (type, unsigned).
 _FIXED = {

@@ -32,8 +32,8 @@ BOOKKEEPING = ("_zs_origin", "_zs_version")
 
 
 def tombstone_key(row: dict, pk: list[str]) -> str:
-    """The primary key as appliers key tombstones and locks (capture.event.pk_text)."""
-    from zonesync.capture.event import encode_row, pk_text
+    """The primary key as appliers key tombstones and locks (events.pk_text)."""
+    from zonesync.events import encode_row, pk_text
 
     return pk_text(encode_row({c: row[c] for c in pk}))
 

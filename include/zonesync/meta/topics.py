@@ -1,6 +1,6 @@
 """The partition count of each zone's change topic, fixed for the life of its chains.
 
-A row's partition is crc32(table, pk) mod the count (transport.partition_of), and
+A row's partition is crc32(table, pk) mod the count (events.partition_of), and
 each partition carries its own LSN chain and apply position. Run with another count,
 a replicator would send a key's next change to another partition, where it could
 overtake the change before it, and an applier would never read the partitions past

@@ -238,7 +238,7 @@ def _capture_ok(ctx: SwitchContext) -> None:
 
     Appliers report lag against what reached Kafka, so a dead replicator looks like
     zero lag; wait_sync would then time out with the ZSIDs blocked for nothing."""
-    from zonesync.capture.event import file_number
+    from zonesync.events import file_number
 
     p = ctx.params
     conn = ctx.zone_conn(p.from_zone)

@@ -12,7 +12,7 @@ the local zones; a production-size comparison belongs to the Spark diff job.
 
 from __future__ import annotations
 
-from zonesync.capture.event import encode_row, pk_text
+from zonesync.events import encode_row, pk_text
 from zonesync.rules.extract import RuleIndex, ZsidUnknown
 from zonesync.rules.model import RuleSet
 from zonesync.switch.plan import SwitchRequest

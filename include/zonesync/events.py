@@ -23,6 +23,7 @@ import base64
 import datetime as dt
 import decimal
 import json
+import zlib
 from typing import Literal
 
 import msgspec
@@ -285,3 +286,15 @@ def pk_text(pk: dict) -> str:
         if type(v) is int:  # the common case, without json.dumps: same text
             return f"[{v}]"
     return json.dumps([pk[k] for k in sorted(pk)], separators=(",", ":"), default=str)
+
+
+# -- the partition of a row: a protocol rule every layer shares ---------------------
+def partition_of(table: str, pk_text: str, count: int) -> int:
+    """Deterministic: the same row always lands in the same partition, on every re-read."""
+    return zlib.crc32(pk_text.encode(), table_seed(table)) % count
+
+
+def table_seed(table: str) -> int:
+    """crc32 of the table's part of a row's partition key: the replicator hashes it once per
+    rows event and goes on from it with each row's pk text (crc32 of the concatenation)."""
+    return zlib.crc32(f"{table}\x00".encode())
