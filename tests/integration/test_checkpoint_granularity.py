@@ -22,12 +22,14 @@ import time
 
 import msgspec
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
 from tests.support import binlog, replicator_process
-from tests.support.replication import Cluster, alerts, checksum, reset_state, wait_converged
-from zonesync.capture.checkpoints import CheckpointStore
-from zonesync.events import decode_message, file_number
+from tests.support.background import wait_until
+from tests.support.binlog import assert_at_boundaries, transaction_span
+from tests.support.replication import alerts, applied_through, checkpoint_history, checksum, wait_converged
+from tests.support.topics import copies_by_lsn, published
+from zonesync.events import file_number
 
 pytestmark = pytest.mark.integration
 
@@ -45,114 +47,18 @@ CHUNK = 500
 def mesh(meta, zones, broker, test_cfg, tmp_path):
     """(a cluster on fresh topics with no worker started, the replicator processes to stop,
     the replicator's log file), from and back to clean replication state."""
-    reset_state(zones, meta)
-    cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=PARTITIONS)
-    procs = []
-    log = tmp_path / "replicator-a.log"
-    yield cluster, procs, log
-    for proc in procs:
-        replicator_process.stop(proc)
-    cluster.stop()
-    reset_state(zones, meta)
-    if log.exists():
-        print("replicator-a log (tail):\n" + "\n".join(log.read_text().splitlines()[-40:]))
+    with replicator_process.mesh(meta, zones, broker, test_cfg, tmp_path, PARTITIONS, tail=40) as mesh:
+        yield mesh
 
 
 def _wait(cond, what: str, timeout: float = 20.0, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, what
-        time.sleep(step)
-
-
-def _high_watermarks(consumer, topic: str) -> list[int]:
-    return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=2, cached=False)[1] for p in range(8)]
-
-
-def _read_topic(cluster, zone: str) -> dict[int, list]:
-    """LSN -> every copy of that event on the topic, in offset order."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": "s001-05", "enable.auto.commit": False})
-    try:
-        topic = cluster.topic(zone)
-        highs = _high_watermarks(consumer, topic)
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        copies: dict[int, list] = {}
-        done = [0] * PARTITIONS
-        deadline = time.monotonic() + 20
-        while any(done[p] < highs[p] for p in range(PARTITIONS)):
-            assert time.monotonic() < deadline, f"topic not read to its end: {done} of {highs}"
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            done[msg.partition()] = msg.offset() + 1
-            for event in decode_message(msg.value()):
-                copies.setdefault(event.lsn, []).append(event)
-        return copies
-    finally:
-        consumer.close()
-
-
-def _boundaries(conn, log_file: str) -> set[int]:
-    """The positions of a binlog file that end no event inside a transaction: the end of an
-    Xid (or COMMIT) closing a BEGIN group, of a DDL's group, and of any event outside a group."""
-    with conn.cursor() as cur:
-        cur.execute(f"SHOW BINLOG EVENTS IN '{log_file}'")
-        events = cur.fetchall()
-    out, in_txn, ddl = {4}, False, False
-    for _log, _pos, kind, _server, end, info in events:
-        if kind == "Gtid":
-            in_txn, ddl = True, not info.startswith("BEGIN")
-        elif in_txn and (kind == "Xid" or (kind == "Query" and (ddl or info.strip().upper() == "COMMIT"))):
-            in_txn = False
-            out.add(int(end))
-        elif not in_txn:
-            out.add(int(end))
-    return out
-
-
-def _t1_span(conn, log_file: str, start: int) -> tuple[int, int]:
-    """(position of the big transaction's GTID event, end of its Xid)."""
-    with conn.cursor() as cur:
-        cur.execute(f"SHOW BINLOG EVENTS IN '{log_file}' FROM {start}")
-        events = cur.fetchall()
-    assert events[0][2] == "Gtid" and events[0][5].startswith("BEGIN"), events[0]
-    xid = next(e for e in events if e[2] == "Xid")
-    return int(events[0][1]), int(xid[4])
-
-
-def _checkpoints(meta) -> list:
-    store = CheckpointStore(meta, "a")
-    try:
-        return store.history()
-    finally:
-        store.close()
-
-
-def _assert_at_boundaries(conn, checkpoints, span) -> None:
-    files = {cp.log_file for cp in checkpoints}
-    boundaries = {f: _boundaries(conn, f) for f in files}
-    inside = [(cp.log_file, cp.log_pos) for cp in checkpoints if cp.log_pos not in boundaries[cp.log_file]]
-    assert not inside, f"checkpoints inside a transaction: {inside}"
-    t1_file, (t1_start, t1_end) = span
-    assert not [cp for cp in checkpoints if cp.log_file == t1_file and t1_start < cp.log_pos < t1_end], (
-        "a checkpoint inside the big transaction"
-    )
+    return wait_until(cond, timeout, what, step=step)
 
 
 def _count(inst, sql: str) -> int:
     with inst.connect("zonesync_app").cursor() as cur:
         cur.execute(sql)
         return int(cur.fetchone()[0])
-
-
-def _applied_through(inst, lsns_by_partition: dict[int, int]) -> bool:
-    with inst.connect().cursor() as cur:
-        cur.execute("SELECT partition_no, applied_lsn FROM zonesync.apply_state WHERE source_zone = 'a'")
-        applied = {int(p): int(lsn) for p, lsn in cur.fetchall()}
-    return all(applied.get(p, 0) >= lsn for p, lsn in lsns_by_partition.items())
 
 
 def _big_transaction(conn) -> str:
@@ -192,7 +98,7 @@ def test_kill_9_while_a_transaction_is_half_published(mesh, zones, meta):
         cluster.start(which=("applier",), zones=("b",))
         procs.append(replicator_process.spawn(cluster, "a", log, throttle=0.03))
         first = procs[-1]
-        _wait(lambda: _checkpoints(meta), "the replicator took its start position")
+        _wait(lambda: checkpoint_history(meta, "a"), "the replicator took its start position")
 
         with conn.cursor() as cur:  # small transactions first, captured and checkpointed
             for t in range(0, PRE_TENANTS, 10):
@@ -209,7 +115,7 @@ def test_kill_9_while_a_transaction_is_half_published(mesh, zones, meta):
         t1_file, t1_gtid_pos = binlog.position(conn)
         _wait(
             lambda: (
-                (cp := _checkpoints(meta)[-1])
+                (cp := checkpoint_history(meta, "a")[-1])
                 and (file_number(cp.log_file), cp.log_pos)
                 >= (
                     file_number(t1_file),
@@ -218,14 +124,14 @@ def test_kill_9_while_a_transaction_is_half_published(mesh, zones, meta):
             ),
             "the small transactions were checkpointed",
         )
-        base = sum(_high_watermarks(watch, cluster.topic("a")))
+        base = published(cluster, "a", watch)
 
         gtid = _big_transaction(conn)
-        span = (t1_file, _t1_span(conn, t1_file, t1_gtid_pos))
+        span = transaction_span(conn, t1_file, t1_gtid_pos)
         # kill -9 once the broker holds some of its messages (the throttled replicator needs
         # over a second to publish all ~40 of them)
         _wait(
-            lambda: sum(_high_watermarks(watch, cluster.topic("a"))) >= base + 10,
+            lambda: published(cluster, "a", watch) >= base + 10,
             "the replicator began publishing the big transaction",
             step=0.005,
         )
@@ -234,21 +140,21 @@ def test_kill_9_while_a_transaction_is_half_published(mesh, zones, meta):
         watch.close()
 
     # What the broker holds of the transaction: a part of it, never all
-    before = _read_topic(cluster, "a")
+    before = copies_by_lsn(cluster, "a")
     t1_before = {lsn for lsn, copies in before.items() if copies[0].txn_id == gtid}
     assert 0 < len(t1_before) < T1_ROWS, f"{len(t1_before)} of {T1_ROWS} events published before the kill"
     assert all(len(copies) == 1 for copies in before.values())
-    checkpoints = _checkpoints(meta)
-    _assert_at_boundaries(conn, checkpoints, span)
+    checkpoints = checkpoint_history(meta, "a")
+    assert_at_boundaries(conn, checkpoints, span)
     at_kill = checkpoints[-1]
-    assert (file_number(at_kill.log_file), at_kill.log_pos) <= (file_number(t1_file), span[1][0]), (
+    assert (file_number(at_kill.log_file), at_kill.log_pos) <= (file_number(t1_file), span[1]), (
         "the checkpoint at the kill is before the big transaction"
     )
     # b applied what reached the broker: a part of the transaction
     last = {}
     for lsn, copies in before.items():
         last[copies[0].partition] = max(last.get(copies[0].partition, 0), lsn)
-    _wait(lambda: _applied_through(zones["b"], last), "b applied what the broker holds")
+    _wait(lambda: applied_through(zones["b"], "a", last), "b applied what the broker holds")
     in_b = _count(zones["b"], "SELECT COUNT(*) FROM tenants WHERE tenant_id >= 100000") + _count(
         zones["b"], "SELECT COUNT(*) FROM orders WHERE order_id >= 200000"
     )
@@ -273,7 +179,7 @@ def test_kill_9_while_a_transaction_is_half_published(mesh, zones, meta):
     assert versions == {i: (3 if i < POST else 2) for i in range(PRE_TENANTS)}, "each update applied once"
 
     # the restart re-read the whole transaction: every event of it published again, identical
-    after = _read_topic(cluster, "a")
+    after = copies_by_lsn(cluster, "a")
     assert len(after) == total, f"{len(after)} distinct LSNs, {total} changes"
     t1_after = {lsn for lsn, copies in after.items() if copies[0].txn_id == gtid}
     assert len(t1_after) == T1_ROWS
@@ -292,8 +198,8 @@ def test_kill_9_while_a_transaction_is_half_published(mesh, zones, meta):
         assert alerts(meta, z, "row_locked") == [] and alerts(meta, z, "partition_halted") == []
 
     # and every checkpoint since, too, lies at a boundary; the last one past the transaction
-    checkpoints = _checkpoints(meta)
-    _assert_at_boundaries(conn, checkpoints, span)
-    assert (file_number(checkpoints[-1].log_file), checkpoints[-1].log_pos) >= (file_number(t1_file), span[1][1])
+    checkpoints = checkpoint_history(meta, "a")
+    assert_at_boundaries(conn, checkpoints, span)
+    assert (file_number(checkpoints[-1].log_file), checkpoints[-1].log_pos) >= (file_number(t1_file), span[2])
     conn.close()
     print(f"{len(t1_before)} of {T1_ROWS} events published before the kill; converged {converged_in:.1f} s after")

@@ -22,14 +22,13 @@ import time
 
 import pymysql
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from tests.support.background import wait_until
 from tests.support.replication import ZONE_IDS, ZONES, settled_reconciliation, wait_converged
+from tests.support.topics import topic_events
 from zonesync import cli
-from zonesync.apply.reconcile import OK
+from zonesync.apply.tools.reconcile import OK
 from zonesync.dal.errors import WriteRefused
-from zonesync.events import decode_message
 
 pytestmark = pytest.mark.integration
 
@@ -85,32 +84,6 @@ class ZoneWriter(threading.Thread):
         self.committed += 1
 
 
-def _topic_events(cluster, zone: str) -> list:
-    """Every event on zone `zone`'s topic, all partitions, up to their high watermarks."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": f"s001-02-{zone}"})
-    topic = cluster.topic(zone)
-    try:
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)[1]
-            for p in range(cluster.partitions)
-        }
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(cluster.partitions) if ends[p] > 0])
-        done = {p: ends[p] == 0 for p in ends}
-        events = []
-        deadline = time.monotonic() + 30
-        while not all(done.values()):
-            assert time.monotonic() < deadline, f"topic {topic}: not read to its end: {done}"
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            events += decode_message(msg.value())
-            if msg.offset() >= ends[msg.partition()] - 1:
-                done[msg.partition()] = True
-        return events
-    finally:
-        consumer.close()
-
-
 def test_zones_writing_concurrently_publish_only_their_clients_writes(cluster, guard_env, zones, meta, capsys):
     guards = {z: guard_env(z) for z in ZONES}
     writers = [ZoneWriter(guards[z], z, keys, seed=10 * ZONE_IDS[z] + t) for (z, t), keys in KEYS.items()]
@@ -146,7 +119,7 @@ def test_zones_writing_concurrently_publish_only_their_clients_writes(cluster, g
     time.sleep(1.0)  # anything published on top would show by now
     assert {z: cluster.replicators[z].published for z in ZONES} == made
     for z in ZONES:
-        events = _topic_events(cluster, z)
+        events = [e for part in topic_events(cluster, z).values() for e in part]
         assert len(events) == made[z], f"topic of {z}: {len(events)} events, its clients made {made[z]}"
         assert len({e.lsn for e in events}) == len(events), f"topic of {z}: an LSN twice"
         foreign = [e for e in events if e.origin_zone != ZONE_IDS[z] or e.source_zone != z]

@@ -16,10 +16,10 @@ import random
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from tests.support.replication import ZONES, alerts
 from tests.support.rules import BASE, rules_doc
+from tests.support.topics import topic_messages
 from zonesync.events import decode_message, encode_message
 from zonesync.meta.store import MetaStore
 
@@ -151,29 +151,6 @@ def _rows(inst) -> dict[int, tuple]:
         return {r[0]: (r[1], r[2], r[3]) for r in cur.fetchall()}
 
 
-def _topic_messages(cluster, zone: str) -> list[bytes]:
-    """Every message of the zone's change topic, read up to each partition's end."""
-    topic = cluster.topic(zone)
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": "lob-test", "enable.auto.commit": False})
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)[1]
-                for p in range(cluster.partitions)}  # fmt: skip
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(cluster.partitions)])
-        out: list[bytes] = []
-        seen = {p: 0 for p in ends}
-        deadline = time.monotonic() + 30
-        while any(seen[p] < ends[p] for p in ends) and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            out.append(msg.value())
-            seen[msg.partition()] = msg.offset() + 1
-        assert all(seen[p] >= ends[p] for p in ends), f"topic {topic} not read to its end: {seen} of {ends}"
-        return out
-    finally:
-        consumer.close()
-
-
 @pytest.fixture
 def lob_table(cluster, zones, meta):
     for z in ZONES:
@@ -284,7 +261,7 @@ def test_large_blob_text_and_json_values_arrive_byte_identical(lob_table, cluste
 
     assert alerts(meta, "a", "event_too_large") == []
     published = {}  # lsn -> (the event alone as a message, in bytes, op, doc_id)
-    for message in _topic_messages(cluster, "a"):
+    for _partition, message in topic_messages(cluster, "a"):
         for event in decode_message(message):
             if event.table == TABLE:
                 published[event.lsn] = (len(encode_message([event])), event.op, event.pk["doc_id"])

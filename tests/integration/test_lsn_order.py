@@ -27,7 +27,7 @@ import msgspec
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.support import replicator_process
+from tests.support import replicator_process, topics
 from tests.support.background import wait_until
 from tests.support.replication import Cluster, latest_checkpoint, reset_state
 from zonesync.dev import env, mariadb, procs
@@ -93,19 +93,6 @@ def _commit(inst, txns: range) -> None:
         conn.close()
 
 
-def _published_messages(cluster) -> int:
-    """Messages on zone a's topic, over all partitions."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": "lsn-order-watch"})
-    try:
-        topic = cluster.topic("a")
-        return sum(
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)[1]
-            for p in range(PARTITIONS)
-        )
-    finally:
-        consumer.close()
-
-
 def _read_topic(cluster, expected: int, timeout: float = 60) -> dict[int, list]:
     """partition -> every event on zone a's topic, in offset order, once `expected` distinct
     LSNs arrived."""
@@ -145,11 +132,11 @@ def test_lsns_follow_commit_order_across_rotation_and_restarts(own_zone_a, test_
         rotated = cur.fetchone()[0]
     # the replicator read phase 0 and checkpointed past it, into the new file
     _wait(lambda: latest_checkpoint(meta, "a").log_file == rotated, "the checkpoint followed the rotation")
-    published = _published_messages(cluster)
+    published = topics.published(cluster, "a")
     _commit(inst, phases[1])
     # kill -9 as soon as the topic holds part of phase 1: its checkpoint is most likely not
     # saved yet, so the restart publishes some of it again
-    _wait(lambda: _published_messages(cluster) > published, "the replicator published phase 1", step=0.002)
+    _wait(lambda: topics.published(cluster, "a") > published, "the replicator published phase 1", step=0.002)
     replicator_process.kill(started[-1])
     _commit(inst, phases[2])  # while no replicator runs
     started.append(replicator_process.spawn(cluster, "a", log))

@@ -21,12 +21,12 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from tests.support.replication import ZONE_IDS, ZONES, Cluster, checksum, reset_state, wait_converged
-from zonesync.apply.applier import Applier
-from zonesync.apply.writer import ZoneWriter
-from zonesync.events import DELETE, decode_message
+from tests.support.topics import copies_by_lsn
+from zonesync.apply.batch.writer import ZoneWriter
+from zonesync.apply.loop.applier import Applier
+from zonesync.events import DELETE
 
 pytestmark = pytest.mark.integration
 
@@ -122,30 +122,6 @@ def _wait_published(topology, expected: dict[str, int], timeout: float = 20.0) -
         time.sleep(0.1)
 
 
-def _topic_events(cluster, zone: str) -> dict[int, object]:
-    """lsn -> event of everything in the zone's change topic (a re-published copy counted once)."""
-    topic = cluster.topic(zone)
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": "s003-27", "enable.auto.commit": False})
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)[1]
-                for p in range(cluster.partitions)}  # fmt: skip
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(cluster.partitions)])
-        seen = {p: 0 for p in ends}
-        out = {}
-        deadline = time.monotonic() + 30
-        while any(seen[p] < ends[p] for p in ends):
-            assert time.monotonic() < deadline, f"topic {topic} not read to its end"
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            seen[msg.partition()] = msg.offset() + 1
-            for event in decode_message(msg.value()):
-                out[event.lsn] = event
-        return out
-    finally:
-        consumer.close()
-
-
 @pytest.fixture
 def idle_cluster(meta, zones, broker, test_cfg, guard_env):
     """Fresh topics and replication state, no worker started: the test starts each one."""
@@ -217,7 +193,7 @@ def test_zones_added_removed_and_restarted_never_publish_applied_writes(idle_clu
 
     # No loop: each topic holds exactly its zone's own writes, never a row another zone wrote.
     for z in ZONES:
-        events = _topic_events(cluster, z)
+        events = {lsn: copies[-1] for lsn, copies in copies_by_lsn(cluster, z).items()}
         assert len(events) == writes[z].made, f"zone {z}'s topic holds {len(events)} events, it wrote {made()[z]}"
         origins = Counter((e.old if e.op == DELETE else e.new)["_zs_origin"] for e in events.values())
         assert origins == {ZONE_IDS[z]: writes[z].made}, f"zone {z} published rows it did not write: {origins}"

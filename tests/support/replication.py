@@ -8,8 +8,8 @@ import threading
 import time
 import uuid
 
-from zonesync.apply.applier import Applier
-from zonesync.apply.writer import ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
+from zonesync.apply.loop.applier import Applier
 from zonesync.capture.checkpoints import CheckpointStore
 from zonesync.capture.replicator import Replicator
 from zonesync.capture.source import SourceDB
@@ -174,6 +174,23 @@ def latest_checkpoint(meta, zone: str):
         store.close()
 
 
+def checkpoint_history(meta, zone: str) -> list:
+    """Every checkpoint the zone's replicator saved that is still kept, oldest first."""
+    store = CheckpointStore(meta, zone)
+    try:
+        return store.history()
+    finally:
+        store.close()
+
+
+def applied_through(inst, source: str, lsns_by_partition: dict[int, int]) -> bool:
+    """The zone `inst` applied `source`'s changes through these LSNs in each partition."""
+    with inst.connect().cursor() as cur:
+        cur.execute("SELECT partition_no, applied_lsn FROM zonesync.apply_state WHERE source_zone = %s", (source,))
+        applied = {int(p): int(lsn) for p, lsn in cur.fetchall()}
+    return all(applied.get(p, 0) >= lsn for p, lsn in lsns_by_partition.items())
+
+
 def insert_tenants(conn, first: int, count: int) -> None:
     """Tenants first .. first+count-1 written straight into a zone (origin 1, version =
     id + 1), as an application outside the guard would: captured like any write."""
@@ -188,7 +205,7 @@ def insert_tenants(conn, first: int, count: int) -> None:
 def settled_reconciliation(meta, zones, target: str, sources=None, timeout: float = 10) -> list:
     """`zonesync reconcile`'s rows for a target zone once every partition is comparable (the
     replicators' idle checkpoints reach what the target applied), or at the timeout."""
-    from zonesync.apply.reconcile import MISMATCH, OK, reconcile
+    from zonesync.apply.tools.reconcile import MISMATCH, OK, reconcile
 
     deadline = time.monotonic() + timeout
     while True:

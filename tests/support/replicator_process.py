@@ -11,6 +11,7 @@ through it. `large_txn_rows` lowers the large-transaction limit. Nothing else ch
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -66,6 +67,28 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(15)
     except subprocess.TimeoutExpired:
         kill(proc)
+
+
+@contextlib.contextmanager
+def mesh(meta, zones, broker, test_cfg, tmp_path: Path, partitions: int, tail: int = 30):
+    """(a Cluster on fresh topics with no worker started, a list for the replicator processes
+    the test spawns, their log file), from and back to clean replication state; at the end
+    the processes are stopped and the log's last `tail` lines printed."""
+    from tests.support.replication import Cluster, reset_state
+
+    reset_state(zones, meta)
+    cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=partitions)
+    started: list[subprocess.Popen] = []
+    log = tmp_path / "replicator-a.log"
+    try:
+        yield cluster, started, log
+    finally:
+        for proc in started:
+            stop(proc)
+        cluster.stop()
+        reset_state(zones, meta)
+        if log.exists():
+            print("replicator-a log (tail):\n" + "\n".join(log.read_text().splitlines()[-tail:]))
 
 
 def main(spec: dict) -> None:
