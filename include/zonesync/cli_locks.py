@@ -14,7 +14,7 @@ from zonesync.cli_replication import zone_conn
 
 
 def cmd_locks(args) -> int:
-    from zonesync.apply.writer import lock_list
+    from zonesync.apply.batch.writer import lock_list
 
     if args.action in ("add", "resolve"):
         return _lock_change(args)
@@ -38,7 +38,7 @@ def _source_row(zone: str, table: str, key: dict) -> dict | None:
     """A row of `zone` by primary key, as its columns' values (locks resolve, S003-31)."""
     import pymysql
 
-    from zonesync.apply.statements import q
+    from zonesync.apply.batch.statements import q
 
     conn = zone_conn(zone)
     try:
@@ -55,8 +55,8 @@ def _lock_change(args) -> int:
     and locks resolve (unlock; a manual lock's held events are applied in order, or skipped
     by version). Exit 2 names a missing or unusable field."""
     from zonesync import config, transport
-    from zonesync.apply import locks
-    from zonesync.apply.writer import ZoneWriter
+    from zonesync.apply.batch.writer import ZoneWriter
+    from zonesync.apply.tools import lock_commands as locks
     from zonesync.meta import alerts
     from zonesync.meta.db import MetaConfig
     from zonesync.workers import zone_endpoint

@@ -27,7 +27,7 @@ def cmd_apply(args) -> int:
 
 
 def cmd_lag(args) -> int:
-    from zonesync.apply.progress import STALE_AFTER_S, lag_report
+    from zonesync.apply.tools.progress import STALE_AFTER_S, lag_report
     from zonesync.capture import lag as capture_lag
     from zonesync.meta.db import MetaConfig
 
@@ -176,7 +176,7 @@ def _purge_older(args) -> int:
 def cmd_reconcile(args) -> int:
     """Published against committed event counts per (source, partition) of a target zone
     (seed S002-10); a difference is alerted and exits 1."""
-    from zonesync.apply.reconcile import MISMATCH, OK, alert_differences, reconcile
+    from zonesync.apply.tools.reconcile import MISMATCH, OK, alert_differences, reconcile
     from zonesync.meta.db import MetaConfig
 
     meta = MetaConfig.from_env()
@@ -203,7 +203,7 @@ def cmd_halt(args) -> int:
     the partitions, resume from their applied LSN)."""
     import time
 
-    from zonesync.apply.progress import halt, resume
+    from zonesync.apply.tools.progress import halt, resume
 
     conn = zone_conn(args.zone)
     try:
@@ -247,7 +247,7 @@ def cmd_repartition(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    from zonesync.apply.progress import resume
+    from zonesync.apply.tools.progress import resume
 
     conn = zone_conn(args.zone)
     try:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zonesync.apply.progress import STALE_AFTER_S, applied_lsns, covers
+from zonesync.apply.tools.progress import STALE_AFTER_S, applied_lsns, covers
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.meta.db import MetaConfig
 

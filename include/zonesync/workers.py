@@ -107,8 +107,8 @@ def build_applier(
     group: bool = False,
     atomic_transactions: bool | None = None,
 ):
-    from zonesync.apply.applier import Applier
-    from zonesync.apply.writer import ZoneWriter
+    from zonesync.apply.batch.writer import ZoneWriter
+    from zonesync.apply.loop.applier import Applier
 
     ep = zone_endpoint(zone, env)
     cfg = config.load(env)

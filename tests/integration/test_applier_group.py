@@ -160,7 +160,7 @@ def test_a_worker_restarted_within_the_session_takes_partitions_back_and_applies
     live worker and are shared again when it is back; every event is applied exactly once:
     the events apply_state counts per partition equal what the replicator published
     (`zonesync reconcile`), so no batch was applied by both workers or twice by one."""
-    from zonesync.apply.reconcile import OK
+    from zonesync.apply.tools.reconcile import OK
 
     conn, cluster = zone_a_alone
     every, child, survivor = _a_child_and_a_thread(cluster)
@@ -189,7 +189,7 @@ def test_a_worker_silent_for_less_than_its_session_keeps_its_partitions(zone_a_a
     shorter than the group's session timeout (6 s; ZONESYNC_APPLY_GROUP_SESSION_S), as in a
     long pause or a network blip, keeps its partitions: nothing is reassigned meanwhile,
     and once it answers again it goes on where it stood. Every event is applied once."""
-    from zonesync.apply.reconcile import OK
+    from zonesync.apply.tools.reconcile import OK
 
     conn, cluster = zone_a_alone
     every, child, survivor = _a_child_and_a_thread(cluster)

@@ -25,8 +25,8 @@ import pytest
 from tests.support.background import wait_until
 from tests.support.replication import ZONES, checksum, settled_reconciliation, wait_converged
 from zonesync import cli
-from zonesync.apply.progress import lag_report
-from zonesync.apply.reconcile import OK
+from zonesync.apply.tools.progress import lag_report
+from zonesync.apply.tools.reconcile import OK
 
 pytestmark = pytest.mark.integration
 

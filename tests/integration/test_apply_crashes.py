@@ -24,7 +24,7 @@ from tests.support.apply_faults import RowLock, committed_events, positions
 from tests.support.background import Background, wait_until
 from tests.support.replication import Cluster, alerts, checksum, reset_state, settled_reconciliation
 from tests.support.replicator_process import kill
-from zonesync.apply.reconcile import OK
+from zonesync.apply.tools.reconcile import OK
 from zonesync.events import partition_of
 
 pytestmark = pytest.mark.integration

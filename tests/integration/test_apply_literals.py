@@ -7,7 +7,7 @@ import decimal
 
 import pytest
 
-from zonesync.apply.literals import literal_function
+from zonesync.apply.batch.literals import literal_function
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def test_literals_match_pymysql_and_round_trip(zones, sql_mode):
 
 @pytest.mark.parametrize("sql_mode", ["", "NO_BACKSLASH_ESCAPES"])
 def test_row_tuples_are_the_rows_literals_in_order(zones, sql_mode):
-    from zonesync.apply.literals import row_tuples
+    from zonesync.apply.batch.literals import row_tuples
 
     conn = zones["a"].connect()
     try:
@@ -68,7 +68,7 @@ def test_row_tuples_are_the_rows_literals_in_order(zones, sql_mode):
 def test_rows_of_integers_text_and_nulls_render_as_their_literals(zones, sql_mode):
     """The C renderer's rows (apply/literals.py) are the rows' literals, and read back."""
     from zonesync import _native
-    from zonesync.apply.literals import row_tuples
+    from zonesync.apply.batch.literals import row_tuples
 
     every_char = "".join(chr(c) for c in range(128)) + "é ✓ 区 😀"
     rows = [

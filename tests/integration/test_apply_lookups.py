@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.events import change_event
 from tests.support.replication import reset_state
-from zonesync.apply.writer import ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.events import INSERT, UPDATE, ChangeEvent, encode_row
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ from tests.support.apply_faults import RowLock, keys_of_partition, positions
 from tests.support.background import Background, wait_until
 from tests.support.replication import Cluster, alerts, checksum, reset_state, settled_reconciliation
 from zonesync import cli
-from zonesync.apply.reconcile import OK
+from zonesync.apply.tools.reconcile import OK
 
 pytestmark = pytest.mark.integration
 

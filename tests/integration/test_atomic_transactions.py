@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.background import wait_until
 from tests.support.replication import Cluster, reset_state, settled_reconciliation
-from zonesync.apply.reconcile import OK
+from zonesync.apply.tools.reconcile import OK
 from zonesync.events import partition_of
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zonesync.apply.progress import wait_applied
+from zonesync.apply.tools.progress import wait_applied
 from zonesync.capture import checkpoints
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 

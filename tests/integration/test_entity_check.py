@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.events import change_event
 from tests.support.replication import alerts, checksum, reset_state, wait_converged
-from zonesync.apply.writer import ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.events import DELETE, INSERT, UPDATE, encode_row
 
 pytestmark = pytest.mark.integration

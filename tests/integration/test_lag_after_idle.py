@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.background import wait_until
 from tests.support.replication import alerts, checksum, insert_tenants
-from zonesync.apply.progress import lag_report
+from zonesync.apply.tools.progress import lag_report
 
 pytestmark = pytest.mark.integration
 

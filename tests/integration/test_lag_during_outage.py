@@ -11,7 +11,7 @@ import pytest
 from tests.support.background import wait_until
 from tests.support.replication import insert_tenants, wait_converged
 from zonesync import cli
-from zonesync.apply.progress import STALE_AFTER_S, lag_report
+from zonesync.apply.tools.progress import STALE_AFTER_S, lag_report
 
 pytestmark = pytest.mark.integration
 

@@ -25,8 +25,8 @@ from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 from tests.support import binlog
 from tests.support.replication import alerts, checksum, wait_converged
 from tests.support.rules import rules_doc
-from zonesync.apply.applier import Applier
-from zonesync.apply.writer import ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
+from zonesync.apply.loop.applier import Applier
 from zonesync.dal.errors import WrongZone
 from zonesync.meta import guards
 

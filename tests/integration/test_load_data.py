@@ -17,8 +17,8 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from tests.support.binlog import open_stream, position
 from tests.support.events import change_event
-from zonesync.apply import load_data
-from zonesync.apply.writer import ZoneWriter
+from zonesync.apply.batch import load_data
+from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.events import INSERT
 
 pytestmark = pytest.mark.integration

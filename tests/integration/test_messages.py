@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.support.replication import Cluster, reset_state, wait_converged
-from zonesync.apply.progress import STALE_AFTER_S, lag_report
+from zonesync.apply.tools.progress import STALE_AFTER_S, lag_report
 from zonesync.events import decode_message, partition_of, pk_text
 
 pytestmark = pytest.mark.integration

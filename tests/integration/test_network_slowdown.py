@@ -27,9 +27,9 @@ from tests.support.background import Background, wait_until
 from tests.support.replication import Cluster, reset_state, settled_reconciliation, wait_converged
 from tests.support.tcp_proxy import TcpProxy
 from zonesync import cli
-from zonesync.apply.progress import lag_report
-from zonesync.apply.reconcile import OK
-from zonesync.apply.writer import ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
+from zonesync.apply.tools.progress import lag_report
+from zonesync.apply.tools.reconcile import OK
 from zonesync.capture.source import SourceDB
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ import pytest
 from tests.support.background import Background, wait_until
 from tests.support.replication import alerts, checksum, insert_tenants, settled_reconciliation
 from zonesync import cli
-from zonesync.apply.reconcile import OK
+from zonesync.apply.tools.reconcile import OK
 
 pytestmark = pytest.mark.integration
 

@@ -32,7 +32,7 @@ import pytest
 from tests.support.background import Background, wait_until
 from tests.support.replication import ZONES, Cluster, checksum, reset_state, settled_reconciliation, wait_converged
 from tests.support.rules import meta_url
-from zonesync.apply.reconcile import OK
+from zonesync.apply.tools.reconcile import OK
 from zonesync.dal.errors import WriteRefused
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.events import change_event
 from tests.support.replication import reset_state
-from zonesync.apply.writer import StalePosition, ZoneWriter
+from zonesync.apply.batch.writer import StalePosition, ZoneWriter
 from zonesync.events import INSERT
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.replication import ZONES, alerts, settled_reconciliation, wait_converged
 from zonesync import cli
-from zonesync.apply.reconcile import OK
+from zonesync.apply.tools.reconcile import OK
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import pytest
 from tests.support.background import wait_until
 from tests.support.replication import Cluster, alerts, checksum, insert_tenants, reset_state, settled_reconciliation
 from zonesync import cli
-from zonesync.apply.progress import STALE_AFTER_S
-from zonesync.apply.reconcile import OK
+from zonesync.apply.tools.progress import STALE_AFTER_S
+from zonesync.apply.tools.reconcile import OK
 from zonesync.capture.checkpoints import CheckpointStore
 
 pytestmark = pytest.mark.integration

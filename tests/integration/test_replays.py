@@ -67,7 +67,7 @@ def test_applier_that_forgot_its_position_replays_without_regress_or_resurrectio
 
 
 def test_tombstones_are_collected_after_the_horizon(cluster, guard_env, zones):
-    from zonesync.apply.writer import ZoneWriter
+    from zonesync.apply.batch.writer import ZoneWriter
 
     ga = guard_env("a")
     with ga.transaction() as tx:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.fault_relay import FaultRelay
 from tests.support.replication import Cluster, checksum, reset_state, settled_reconciliation
-from zonesync.apply.reconcile import OK
+from zonesync.apply.tools.reconcile import OK
 from zonesync.dev import broker as broker_mod
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.support.background import Background, wait_until
 from tests.support.replication import ZONES, checksum, wait_converged
 from tests.support.switching import context, run_switch, wait_replication_reported
-from zonesync.apply.writer import ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.dal import ZoneReshardingBlocked
 from zonesync.dal.errors import WriteRefused, WrongZone
 from zonesync.events import INSERT, ChangeEvent, decode_message

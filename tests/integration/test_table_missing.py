@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.support.replication import Cluster, reset_state
-from zonesync.apply import progress
+from zonesync.apply.tools import progress
 from zonesync.events import partition_of
 
 pytestmark = pytest.mark.integration

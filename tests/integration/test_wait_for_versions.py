@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.events import change_event
 from tests.support.replication import reset_state
-from zonesync.apply.writer import PartitionsStopped, ZoneWriter, lock_list
+from zonesync.apply.batch.writer import PartitionsStopped, ZoneWriter, lock_list
 from zonesync.events import INSERT, UPDATE
 
 pytestmark = pytest.mark.integration

@@ -46,8 +46,8 @@ from tests.support.replication import (
 )
 from tests.support.tcp_proxy import TcpProxy
 from zonesync import cli
-from zonesync.apply.reconcile import OK
-from zonesync.apply.writer import ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
+from zonesync.apply.tools.reconcile import OK
 from zonesync.capture.source import SourceDB
 from zonesync.dal import WrongZone
 from zonesync.events import decode_message, file_number

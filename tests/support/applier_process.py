@@ -39,8 +39,8 @@ def spawn(cluster, zone: str) -> subprocess.Popen:
 
 if __name__ == "__main__":
     from tests.support.replication import ZONES
-    from zonesync.apply.applier import Applier
-    from zonesync.apply.writer import ZoneWriter
+    from zonesync.apply.batch.writer import ZoneWriter
+    from zonesync.apply.loop.applier import Applier
     from zonesync.dev import broker as broker_mod
     from zonesync.meta.db import MetaConfig
 

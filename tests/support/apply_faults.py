@@ -63,8 +63,8 @@ def spawn(
 
 def main(spec: dict) -> None:
     from tests.support.replication import ZONES
-    from zonesync.apply.applier import Applier
-    from zonesync.apply.writer import ZoneWriter
+    from zonesync.apply.batch.writer import ZoneWriter
+    from zonesync.apply.loop.applier import Applier
     from zonesync.dev import broker as broker_mod
     from zonesync.meta.db import MetaConfig
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.support.binlog import position
 from tests.support.replication import checksum
 from zonesync import cli
-from zonesync.apply.progress import wait_applied
+from zonesync.apply.tools.progress import wait_applied
 
 
 def locks_cli(capsys, *args: str) -> tuple[int, str]:

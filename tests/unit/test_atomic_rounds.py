@@ -5,7 +5,7 @@ of one that is not, and again for transactions that cut makes incomplete."""
 from __future__ import annotations
 
 from tests.support.events import change_event
-from zonesync.apply.atomic_rounds import MAX_RELEASED, RELEASED, spans_workers, whole_transactions
+from zonesync.apply.loop.atomic_rounds import MAX_RELEASED, RELEASED, spans_workers, whole_transactions
 from zonesync.events import INSERT
 
 

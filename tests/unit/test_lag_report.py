@@ -9,7 +9,7 @@ import random
 import pytest
 
 from tests.support.events import change_event
-from zonesync.apply.lag_report import Backlog, message_time, seconds_behind
+from zonesync.apply.loop.lag_report import Backlog, message_time, seconds_behind
 from zonesync.events import encode_message
 
 pytestmark = pytest.mark.unit
@@ -211,9 +211,9 @@ class _Kafka:
 def test_the_applier_warns_for_a_backlog_not_for_one_event_after_a_long_idle(monkeypatch):
     """Through the applier's own bookkeeping (_take, _committed, _lag_figures): partition 0
     idle for an hour gets one event; partition 1 holds a message a minute old."""
-    import zonesync.apply.lag_report as lag_report
-    from zonesync.apply.applier import Applier
-    from zonesync.apply.continuity import PartitionState
+    import zonesync.apply.loop.lag_report as lag_report
+    from zonesync.apply.loop.applier import Applier
+    from zonesync.apply.loop.continuity import PartitionState
 
     now = 1_800_000_000.0
     monkeypatch.setattr(lag_report.time, "time", lambda: now)

@@ -34,9 +34,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.events import change_event
-from zonesync.apply import decide as decide_module
-from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
-from zonesync.apply.merge import merge
+from zonesync.apply.batch import decide as decide_module
+from zonesync.apply.batch.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, decide
+from zonesync.apply.batch.merge import merge
 from zonesync.events import DELETE, INSERT, UPDATE, ChangeEvent
 
 pytestmark = pytest.mark.unit

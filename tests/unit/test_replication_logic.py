@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.support.events import change_event
-from zonesync.apply.continuity import complete_prefix, filter_chain
-from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, WAIT, decide
-from zonesync.apply.merge import merge
+from zonesync.apply.batch.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, WAIT, decide
+from zonesync.apply.batch.merge import merge
+from zonesync.apply.loop.continuity import complete_prefix, filter_chain
 from zonesync.events import (
     MAX_MESSAGE_BYTES,
     ChangeEvent,
@@ -425,8 +425,8 @@ class _Message:
 
 
 def test_a_round_takes_whole_messages_up_to_its_budget_and_leaves_the_rest():
-    from zonesync.apply.applier import Applier
-    from zonesync.apply.continuity import PartitionState
+    from zonesync.apply.loop.applier import Applier
+    from zonesync.apply.loop.continuity import PartitionState
 
     applier = Applier("b", ["a"], writer_factory=None, meta=None, partitions=2, bootstrap=lambda: "unused")
     applier.state = {("a", 0): PartitionState(applied_lsn=0), ("a", 1): PartitionState(applied_lsn=0)}
@@ -450,7 +450,7 @@ class _Writer:
         self.committed, self.fail_lsn = committed, fail_lsn
 
     def apply_many(self, changes, positions):
-        from zonesync.apply.writer import BatchResult
+        from zonesync.apply.batch.writer import BatchResult
 
         lsns = [e.lsn for _, events in changes for e in events]
         if self.fail_lsn in lsns:
@@ -461,8 +461,8 @@ class _Writer:
 
 
 def _pipelined_applier(committed, fail_lsn):
-    from zonesync.apply.applier import Applier
-    from zonesync.apply.continuity import PartitionState
+    from zonesync.apply.loop.applier import Applier
+    from zonesync.apply.loop.continuity import PartitionState
 
     applier = Applier(
         "b",

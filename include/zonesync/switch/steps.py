@@ -386,7 +386,7 @@ class SyncProbe:
 
     def behind(self) -> list[str]:
         """Zones still behind P (empty: synced, and synced_at is stamped)."""
-        from zonesync.apply.progress import applied_lsns, covers, targets_reached
+        from zonesync.apply.tools.progress import applied_lsns, covers, targets_reached
 
         ctx = self.ctx
         if self.position is None:

@@ -10,8 +10,8 @@ write a tombstone at any moment.
 
 from __future__ import annotations
 
-from zonesync.apply import new_rows
-from zonesync.apply.statements import key_condition, q, result_sets
+from zonesync.apply.batch import new_rows
+from zonesync.apply.batch.statements import key_condition, q, result_sets
 from zonesync.events import encode_row, pk_text
 
 

@@ -13,7 +13,7 @@ source's replicator never publishes what we write: no loops):
 4. write (write_plan.py): deletes, multi-row upserts of rows the target has and
    INSERTs of rows it lacks, carrying the event's _zs_origin and _zs_version,
    tombstones (tombstones.py), new locks and events held by old locks
-   (data_locks.py);
+   (bookkeeping/row_locks.py);
 5. record the batch's last LSN and Kafka offset in zonesync.apply_state;
 6. commit.
 
@@ -45,16 +45,17 @@ from __future__ import annotations
 import pymysql
 from pymysql.constants import CLIENT
 
-from zonesync.apply import apply_state, load_data, new_rows, target_rows, tombstones
-from zonesync.apply.apply_state import StalePosition
-from zonesync.apply.batch_result import BatchResult
-from zonesync.apply.data_locks import lock_list
-from zonesync.apply.literals import literal_function
-from zonesync.apply.merge import NetChange, merge
-from zonesync.apply.new_rows import NotAllNew
-from zonesync.apply.statements import ApplyError, send
-from zonesync.apply.unique_keys import PartitionsStopped, apply_serial
-from zonesync.apply.write_plan import WaitForVersions, plan_writes
+from zonesync.apply.batch import load_data, new_rows, target_rows
+from zonesync.apply.batch.batch_result import BatchResult
+from zonesync.apply.batch.literals import literal_function
+from zonesync.apply.batch.merge import NetChange, merge
+from zonesync.apply.batch.new_rows import NotAllNew
+from zonesync.apply.batch.statements import ApplyError, send
+from zonesync.apply.batch.unique_keys import PartitionsStopped, apply_serial
+from zonesync.apply.batch.write_plan import WaitForVersions, plan_writes
+from zonesync.apply.bookkeeping import apply_state, tombstones
+from zonesync.apply.bookkeeping.apply_state import StalePosition
+from zonesync.apply.bookkeeping.row_locks import lock_list
 from zonesync.events import INSERT, ChangeEvent, decode_row
 
 # Importable from here, where the applier, the CLI and the tests have always found them.

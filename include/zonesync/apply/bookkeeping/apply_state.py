@@ -12,7 +12,7 @@ host) while another took over its partitions would otherwise commit a stale
 batch and move the position back: its check fails (StalePosition), its
 transaction rolls back, and its pass restarts from what apply_state says now
 (seed case S003-36). The rows exist from the pass's start (ensure), so the lock
-always has a row to hold; manual locks (locks.py) take the same row locks, so
+always has a row to hold; manual locks (tools/lock_commands.py) take the same row locks, so
 no batch is half-way while one is added or resolved.
 
 Operators' instructions (seed S003-33: ROLLBACK, RESTART) go through the same
@@ -24,7 +24,7 @@ partition are serialized by that lock, and each is idempotent.
 
 from __future__ import annotations
 
-from zonesync.apply.statements import ApplyError
+from zonesync.apply.batch.statements import ApplyError
 
 
 class StalePosition(ApplyError):

@@ -70,7 +70,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zonesync.apply.merge import NetChange
+from zonesync.apply.batch.merge import NetChange
 from zonesync.events import INSERT
 
 UPSERT, DELETE_ROW, TOMBSTONE, SKIP, LOCK, WAIT = "upsert", "delete", "tombstone", "skip", "lock", "wait"

@@ -3,7 +3,7 @@
 When a change's old row (or an insert's lineage, decide.py) does not match the
 target row, the row is locked in zonesync.row_locks: the change is skipped, and
 so is every later change of that row, counted as held, until `zonesync locks
-resolve` (locks.py). The lock row keeps the first event that met the mismatch;
+resolve` (tools/lock_commands.py). The lock row keeps the first event that met the mismatch;
 later ones only add to held_events, so a lock costs one small row however long
 the row stays locked.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from zonesync.apply.merge import NetChange
+from zonesync.apply.batch.merge import NetChange
 from zonesync.events import ChangeEvent
 
 

@@ -69,12 +69,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from zonesync import transport
-from zonesync.apply.atomic_rounds import spans_workers, whole_transactions
-from zonesync.apply.continuity import PartitionState, complete_prefix, filter_chain
-from zonesync.apply.lag_report import Backlog, LagReport, message_time
-from zonesync.apply.partition_faults import PartitionFaults
-from zonesync.apply.rounds import Rounds
-from zonesync.apply.writer import PartitionsStopped, TableMissing, ZoneWriter
+from zonesync.apply.batch.writer import PartitionsStopped, TableMissing, ZoneWriter
+from zonesync.apply.loop.atomic_rounds import spans_workers, whole_transactions
+from zonesync.apply.loop.continuity import PartitionState, complete_prefix, filter_chain
+from zonesync.apply.loop.lag_report import Backlog, LagReport, message_time
+from zonesync.apply.loop.partition_faults import PartitionFaults
+from zonesync.apply.loop.rounds import Rounds
 from zonesync.events import ChangeEvent, EventError, decode_message
 from zonesync.meta import alerts, topics
 from zonesync.meta.db import META_DOWN, MetaConfig

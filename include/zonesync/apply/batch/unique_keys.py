@@ -53,16 +53,17 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pymysql
 
-from zonesync.apply import apply_state, data_locks, target_rows, tombstones
-from zonesync.apply.batch_result import BatchResult
-from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, UPSERT, WAIT, Action, decide
-from zonesync.apply.literals import literal_function
-from zonesync.apply.merge import NetChange, merge
-from zonesync.apply.statements import ApplyError, inserts, key_condition, q, send_numbered, upserts
+from zonesync.apply.batch import target_rows
+from zonesync.apply.batch.batch_result import BatchResult
+from zonesync.apply.batch.decide import DELETE_ROW, LOCK, SKIP, UPSERT, WAIT, Action, decide
+from zonesync.apply.batch.literals import literal_function
+from zonesync.apply.batch.merge import NetChange, merge
+from zonesync.apply.batch.statements import ApplyError, inserts, key_condition, q, send_numbered, upserts
+from zonesync.apply.bookkeeping import apply_state, row_locks, tombstones
 from zonesync.events import ChangeEvent, decode_row, pk_text
 
 if TYPE_CHECKING:
-    from zonesync.apply.writer import ZoneWriter
+    from zonesync.apply.batch.writer import ZoneWriter
 
 log = logging.getLogger("zonesync.writer")
 
@@ -190,10 +191,10 @@ def _attempt(writer: ZoneWriter, conn, changes, positions, stops) -> BatchResult
             if action.kind in (SKIP, LOCK):
                 result.skipped += 1
                 if state[2]:
-                    event_writes.append(data_locks.held(lit, name, change))
+                    event_writes.append(row_locks.held(lit, name, change))
                 elif action.kind == LOCK:
                     result.locked.append((source, e.table, change.pk_text, action.reason))
-                    event_writes.append(data_locks.lock(lit, name, change, action.reason))
+                    event_writes.append(row_locks.lock(lit, name, change, action.reason))
                     state[2] = True
             else:
                 result.applied += 1

@@ -30,7 +30,7 @@ from __future__ import annotations
 from pymysql.connections import Connection, MySQLResult
 from pymysql.protocol import LoadLocalPacketWrapper
 
-from zonesync.apply.literals import native_renderer
+from zonesync.apply.batch.literals import native_renderer
 
 NAME = "zonesync-new-rows"  # what the statement asks for: no file of that name is ever read
 # ER_NOT_ALLOWED_COMMAND (local_infile off, MariaDB < 10.5 and MySQL), ER_LOAD_INFILE_CAPABILITY_DISABLED

@@ -16,8 +16,8 @@ import time
 
 from confluent_kafka import TopicPartition
 
-from zonesync.apply.unique_keys import BEHIND
-from zonesync.apply.writer import PartitionsStopped, TableMissing
+from zonesync.apply.batch.unique_keys import BEHIND
+from zonesync.apply.batch.writer import PartitionsStopped, TableMissing
 
 log = logging.getLogger("zonesync.applier")
 

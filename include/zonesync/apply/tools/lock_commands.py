@@ -2,7 +2,7 @@
 resolving a lock releases the events it held.
 
 A manual lock is a row of `zonesync.row_locks` like the ones the applier writes on a
-mismatch (data_locks.py): the applier sees it the same way, skips every later change of the
+mismatch (bookkeeping/row_locks.py): the applier sees it the same way, skips every later change of the
 row and counts it as held, `zonesync locks list` shows it. What the applier cannot know
 is where holding started, so `add` records it: in one transaction with the lock row, it
 locks the apply_state rows of the row's partition in every source zone (the applier
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 import pymysql
 
 from zonesync import events
-from zonesync.apply.statements import IDENT, q
-from zonesync.apply.writer import TableMissing, ZoneWriter
+from zonesync.apply.batch.statements import IDENT, q
+from zonesync.apply.batch.writer import TableMissing, ZoneWriter
 from zonesync.events import ChangeEvent, EventError, decode_message, decode_row, encode_row, pk_text
 
 PK_FORMS = "a JSON list of the key values, e.g. '[42]', or an object by column, e.g. '{\"tenant_id\": 42}'"

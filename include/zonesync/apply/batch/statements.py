@@ -11,7 +11,7 @@ import re
 
 import pymysql
 
-from zonesync.apply.literals import row_tuples
+from zonesync.apply.batch.literals import row_tuples
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 

@@ -26,8 +26,8 @@ writer's hint only: correctness comes from asking after the INSERT.
 
 from __future__ import annotations
 
-from zonesync.apply import load_data
-from zonesync.apply.statements import inserts, q
+from zonesync.apply.batch import load_data
+from zonesync.apply.batch.statements import inserts, q
 
 
 class NotAllNew(Exception):

@@ -16,11 +16,11 @@ source has not delivered yet (decide.py, "Waiting": WaitForVersions).
 
 from __future__ import annotations
 
-from zonesync.apply import data_locks, tombstones
-from zonesync.apply.batch_result import BatchResult
-from zonesync.apply.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, WAIT, decide
-from zonesync.apply.merge import NetChange
-from zonesync.apply.statements import inserts, key_condition, q, upserts
+from zonesync.apply.batch.batch_result import BatchResult
+from zonesync.apply.batch.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, WAIT, decide
+from zonesync.apply.batch.merge import NetChange
+from zonesync.apply.batch.statements import inserts, key_condition, q, upserts
+from zonesync.apply.bookkeeping import row_locks, tombstones
 from zonesync.events import decode_row
 
 
@@ -58,11 +58,11 @@ def plan_writes(
         if action.kind == SKIP:
             result.skipped += change.events
             if change.pk_text in locks:
-                writes.append(data_locks.held(lit, name, change))
+                writes.append(row_locks.held(lit, name, change))
             continue
         if action.kind == LOCK:
             result.locked.append((source_zone, table, change.pk_text, action.reason))
-            writes.append(data_locks.lock(lit, name, change, action.reason))
+            writes.append(row_locks.lock(lit, name, change, action.reason))
             result.skipped += change.events
             continue
         result.applied += change.events

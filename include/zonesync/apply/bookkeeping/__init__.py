@@ -1,0 +1,2 @@
+"""zonesync's own tables in every zone: apply_state (positions, claims, halts), tombstones
+and row_locks (data locks): the statements that keep them."""
