@@ -130,6 +130,15 @@ def cmd_bootstrap(args) -> int:
     return 0
 
 
+def zone_source(zone: str):
+    """The zone's database as capture's binlog purge reaches it (runtime.endpoints.Endpoint)."""
+    from zonesync.runtime.endpoints import Endpoint
+    from zonesync.workers import zone_endpoint
+
+    ep = zone_endpoint(zone)
+    return Endpoint(ep.name, ep.host, ep.port, ep.user, ep.password, ep.database, ep.zone_id)
+
+
 def cmd_safe_purge(args) -> int:
     from zonesync.capture.purge import safe_purge
     from zonesync.events import EventError
@@ -138,7 +147,9 @@ def cmd_safe_purge(args) -> int:
     if args.before is not None or args.older_than is not None:
         return _purge_older(args)
     try:
-        purged_to, reason = safe_purge(MetaConfig.from_env(), args.zone, dry_run=args.dry_run, to_file=args.to)
+        purged_to, reason = safe_purge(
+            MetaConfig.from_env(), args.zone, dry_run=args.dry_run, to_file=args.to, source=zone_source(args.zone)
+        )
     except EventError as exc:  # --to is not a binlog file name
         print(f"--to: {exc}: give a file name as `SHOW BINARY LOGS` lists it, e.g. binlog.000012")
         return 2
@@ -162,7 +173,7 @@ def _purge_older(args) -> int:
     except AgeError as exc:
         print(f"zonesync binlog safe-purge: {exc}", file=sys.stderr)
         return 2
-    done = purge_older(MetaConfig.from_env(), args.zone, limit, dry_run=args.dry_run)
+    done = purge_older(MetaConfig.from_env(), args.zone, limit, dry_run=args.dry_run, source=zone_source(args.zone))
     verb = "would purge" if args.dry_run else "purged"
     if done.purged:
         print(f"{verb} {', '.join(done.purged)} (closed before {limit:%Y-%m-%d %H:%M:%S} UTC, no consumer needs them)")

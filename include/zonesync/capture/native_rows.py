@@ -21,6 +21,7 @@ import msgspec
 from pymysqlreplication.constants import FIELD_TYPE
 
 from zonesync import events
+from zonesync.capture.row_images import decode_rows
 from zonesync.events import DELETE, INSERT, MAX_MESSAGE_EVENTS, UPDATE, EventError, make_lsn
 
 try:
@@ -102,8 +103,6 @@ class NativeRows:
 
     def _images(self) -> list:
         if self._decoded is None:
-            from zonesync.capture.rows import decode_rows  # (rows.py imports this module)
-
             self._decoded = decode_rows(self.read, self.op, self.data, self.pos, self.end)
         return self._decoded
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from zonesync.capture.checkpoints import CheckpointStore
 from zonesync.events import file_number
 from zonesync.meta.db import MetaConfig
+from zonesync.runtime.endpoints import Endpoint
 
 # The binlog reader that asks when each file was closed registers under a server_id of its
 # own: MariaDB drops the older of two dump connections with the same id, and replicators
@@ -70,11 +71,17 @@ def needed_file(meta: MetaConfig, zone: str) -> tuple[str | None, str]:
 
 
 def safe_purge(
-    meta: MetaConfig, zone: str, dry_run: bool = False, source_conn=None, to_file: str | None = None
+    meta: MetaConfig,
+    zone: str,
+    dry_run: bool = False,
+    source_conn=None,
+    to_file: str | None = None,
+    source: Endpoint | None = None,
 ) -> tuple[str | None, str]:
     """Purge the zone's binlogs before the oldest needed file, or before `to_file` when the
     operator names one that is no later; return (file or None, why). Naming a later file
-    (one whose purge would take a still-needed file with it) is refused."""
+    (one whose purge would take a still-needed file with it) is refused. The zone's
+    database is `source_conn`, else `source` (connected to only when there is a purge)."""
     keep, reason = needed_file(meta, zone)
     if keep is not None and to_file is not None:
         if file_number(to_file) > file_number(keep):
@@ -83,7 +90,7 @@ def safe_purge(
     if keep is None or dry_run:
         return (keep if dry_run else None), reason
     if source_conn is None:
-        source_conn = _connect_source(zone)
+        source_conn = _connect_source(zone, source)
     with source_conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         files = [r[0] for r in cur.fetchall()]
@@ -99,13 +106,11 @@ def safe_purge(
     return keep, reason
 
 
-def _connect_source(zone: str):
-    import pymysql
-
-    from zonesync.workers import zone_endpoint
-
-    ep = zone_endpoint(zone)
-    return pymysql.connect(host=ep.host, port=ep.port, user=ep.user, password=ep.password)
+def _connect_source(zone: str, source: Endpoint | None):
+    """The caller says where the zone's database is: capture does not look it up."""
+    if source is None:
+        raise ValueError(f"zone {zone}: give the zone's database (source_conn or source) to purge its binlogs")
+    return source.connect(database="")
 
 
 def cutoff(before: str | None = None, older_than: str | None = None, now: dt.datetime | None = None) -> dt.datetime:
@@ -199,6 +204,7 @@ def purge_older(
     dry_run: bool = False,
     source_conn=None,
     server_id: int = AGE_READER_SERVER_ID,
+    source: Endpoint | None = None,
 ) -> AgePurge:
     """Purge the zone's binlog files closed before `before` (naive UTC) that no consumer
     needs (the rule of `needed_file`); report the old-enough files that stay because a
@@ -207,7 +213,7 @@ def purge_older(
     keep, reason = needed_file(meta, zone)
     result = AgePurge(before)
     if source_conn is None:
-        source_conn = _connect_source(zone)
+        source_conn = _connect_source(zone, source)
     with source_conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         files = [r[0] for r in cur.fetchall()]

@@ -29,6 +29,7 @@ from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.row_event import RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from zonesync.capture.native_rows import NativeRows, NativeSpec, native_spec
+from zonesync.capture.row_images import decode_rows
 from zonesync.events import DELETE, INSERT, UPDATE
 
 # Fixed-width columns: struct format per (type, unsigned).
@@ -364,22 +365,3 @@ def _plain_column(col) -> bool:
 def full_bitmap(count: int) -> bytes:
     """The columns-present bitmap of a full row image of `count` columns."""
     return b"\xff" * (count // 8) + (bytes([(1 << (count % 8)) - 1]) if count % 8 else b"")
-
-
-def decode_rows(read, kind: str, buf: bytes, pos: int, end: int) -> list | None:
-    """Every row image from pos to end; None when they do not end exactly at end."""
-    out = []
-    if kind == UPDATE:
-        while pos < end:
-            before, pos = read(buf, pos)
-            after, pos = read(buf, pos)
-            out.append((before, after))
-    elif kind == INSERT:
-        while pos < end:
-            row, pos = read(buf, pos)
-            out.append((None, row))
-    else:
-        while pos < end:
-            row, pos = read(buf, pos)
-            out.append((row, None))
-    return out if pos == end else None

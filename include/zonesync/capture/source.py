@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pymysql
-
 from zonesync.capture.binlog import binlog_end
 from zonesync.config import ConfigError
+from zonesync.runtime.endpoints import Endpoint, primary_key
 
 
 class SourceError(RuntimeError):
@@ -27,11 +26,22 @@ class SourceDB:
     schemas: list[str] = field(default_factory=lambda: ["zonesync_app"])
     _pks: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False, compare=False)
 
+    @classmethod
+    def of(cls, endpoint: Endpoint) -> SourceDB:
+        """The zone database at `endpoint`, capturing its own schema."""
+        return cls(endpoint.host, endpoint.port, endpoint.user, endpoint.password, [endpoint.database])
+
     def settings(self) -> dict:
+        """Connection settings of the binlog stream (binlog_stream.py opens that one itself)."""
         return {"host": self.host, "port": self.port, "user": self.user, "passwd": self.password}
 
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint("source", self.host, self.port, self.user, self.password)
+
     def connect(self):
-        return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password)
+        """A short-lived connection for the questions below (no database selected)."""
+        return self.endpoint.connect(database="")
 
     def master_status(self) -> tuple[str, int]:
         conn = self.connect()
@@ -95,13 +105,7 @@ class SourceDB:
         if key not in self._pks:
             conn = self.connect()
             try:
-                with conn.cursor() as cur:
-                    cur.execute(
-                        "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
-                        "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-                        (schema, table),
-                    )
-                    self._pks[key] = [r[0] for r in cur.fetchall()]
+                self._pks[key] = primary_key(conn, table, schema)
             finally:
                 conn.close()
         if not self._pks[key]:
