@@ -1,50 +1,36 @@
 """ZoneHook: a zone's database as an Airflow connection.
 
 Each zone is one Airflow connection, `zonesync_zone_<name>` by convention, of
-type mysql; its extra holds `zone_id` and `zone_name`. Credentials stay in the
+type mysql; its extra holds `zone_id` and `zone_name`. The hook turns it into the
+domain core's `Endpoint` (zonesync.runtime.endpoints), the one type every layer
+connects through, with its connect and read timeouts. Credentials stay in the
 connection: the JDBC settings this hook hands to Spark carry the user, and the
 password travels only as an environment variable of the spark-submit process.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from airflow.sdk import BaseHook
+
+from zonesync.runtime.endpoints import Endpoint
 
 ZONE_CONN_PREFIX = "zonesync_zone_"
 
 
-@dataclass(frozen=True)
-class ZoneEndpoint:
-    name: str
-    zone_id: int
-    host: str
-    port: int
-    database: str
-    user: str
-    password: str
-
-    def connect(self):
-        """A new autocommit DB-API connection to the zone's app database."""
-        import pymysql
-
-        return pymysql.connect(
-            host=self.host,
-            port=self.port,
-            user=self.user,
-            password=self.password,
-            database=self.database,
-            autocommit=True,
-            connect_timeout=5,
-            read_timeout=30,  # a half-open connection after a failover must not hang a sensor's poll
-            write_timeout=30,
-        )
-
-    def jdbc_url(self) -> str:
-        # jdbc:mysql:// with the MariaDB Connector/J jar: jdbc:mariadb:// makes Spark
-        # pick a dialect whose partitioned reads break.
-        return f"jdbc:mysql://{self.host}:{self.port}/{self.database}"
+def endpoint_of(conn, conn_id: str) -> Endpoint:
+    """The zone endpoint an Airflow connection describes (its extra must name the zone_id)."""
+    extra = conn.extra_dejson
+    if "zone_id" not in extra:
+        raise ValueError(f'connection {conn_id}: extra field zone_id is missing: add {{"zone_id": N}} to its extra')
+    return Endpoint(
+        name=extra.get("zone_name") or conn_id.removeprefix(ZONE_CONN_PREFIX),
+        host=conn.host or "127.0.0.1",
+        port=int(conn.port or 3306),
+        user=conn.login or "root",
+        password=conn.password or "",
+        database=conn.schema or "zonesync_app",
+        zone_id=int(extra["zone_id"]),
+    )
 
 
 class ZoneHook(BaseHook):
@@ -58,26 +44,16 @@ class ZoneHook(BaseHook):
         self.zone_conn_id = zone_conn_id
 
     @classmethod
-    def for_zone(cls, zone: str) -> ZoneHook:
-        return cls(zone_conn_id=f"{ZONE_CONN_PREFIX}{zone}")
+    def for_zone(cls, zone: str, prefix: str = ZONE_CONN_PREFIX) -> ZoneHook:
+        return cls(zone_conn_id=f"{prefix}{zone}")
 
-    def endpoint(self) -> ZoneEndpoint:
-        conn = self.get_connection(self.zone_conn_id)
-        extra = conn.extra_dejson
-        name = extra.get("zone_name") or self.zone_conn_id.removeprefix(ZONE_CONN_PREFIX)
-        if "zone_id" not in extra:
-            raise ValueError(
-                f'connection {self.zone_conn_id}: extra field zone_id is missing: add {{"zone_id": N}} to its extra'
-            )
-        return ZoneEndpoint(
-            name=name,
-            zone_id=int(extra["zone_id"]),
-            host=conn.host or "127.0.0.1",
-            port=int(conn.port or 3306),
-            database=conn.schema or "zonesync_app",
-            user=conn.login or "root",
-            password=conn.password or "",
-        )
+    def endpoint(self) -> Endpoint:
+        return endpoint_of(self.get_connection(self.zone_conn_id), self.zone_conn_id)
+
+    async def aendpoint(self) -> Endpoint:
+        """For triggers: the triggerer resolves connections asynchronously."""
+        return endpoint_of(await self.aget_connection(self.zone_conn_id), self.zone_conn_id)
 
     def get_conn(self):
+        """A new autocommit DB-API connection to the zone's app database (with timeouts)."""
         return self.endpoint().connect()

@@ -15,6 +15,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
 from zonesync.meta.guards import AckTimeout, UnhealthyGuards
+from zonesync.runtime.endpoints import Endpoint
 from zonesync.switch.gate import GateClosed, GateNotReady, wait_gate
 from zonesync.switch.plan import SwitchPlanError
 from zonesync.switch.steps import RollbackStarted, SwitchContext, SwitchError, SwitchParams, run_step
@@ -34,12 +35,12 @@ class ZoneConnections:
 
     def __init__(self, prefix: str):
         self.prefix = prefix
-        self.endpoints: dict[str, object] = {}
+        self.endpoints: dict[str, Endpoint] = {}
 
     def resolve(self, zones) -> None:
         for zone in zones:
             if zone not in self.endpoints:
-                self.endpoints[zone] = ZoneHook(zone_conn_id=f"{self.prefix}{zone}").endpoint()
+                self.endpoints[zone] = ZoneHook.for_zone(zone, self.prefix).endpoint()
 
     def __call__(self, zone: str):
         self.resolve([zone])
