@@ -36,7 +36,6 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import pymysql
 
@@ -47,30 +46,19 @@ from zonesync.dal.state import GuardState
 from zonesync.meta.db import MetaConfig, MetaError
 from zonesync.meta.guards import MISSED_BEATS_UNHEALTHY
 from zonesync.rules.model import parse
+from zonesync.runtime.endpoints import Endpoint
 
 log = logging.getLogger("zonesync.guard")
 
 
-@dataclass(frozen=True)
-class ZoneDB:
-    """Where this zone's application database is."""
+def ZoneDB(host: str, port: int, user: str, password: str, database: str) -> Endpoint:
+    """Where this zone's application database is: an `Endpoint` (the guard names the zone)."""
+    return Endpoint("", host, port, user, password, database)
 
-    host: str
-    port: int
-    user: str
-    password: str
-    database: str
 
-    def connect(self):
-        return pymysql.connect(
-            host=self.host,
-            port=self.port,
-            user=self.user,
-            password=self.password,
-            database=self.database,
-            autocommit=False,
-            init_command="SET time_zone = '+00:00'",
-        )
+# The application's own transactions: not autocommit, UTC, and no read timeout (a statement
+# may wait on a row lock as long as the server's lock wait timeout allows).
+ZONE_SESSION = {"autocommit": False, "read_timeout": None, "init_command": "SET time_zone = '+00:00'"}
 
 
 class Guard:
@@ -78,7 +66,7 @@ class Guard:
         self,
         meta: MetaConfig,
         zone: str,
-        zone_db: ZoneDB,
+        zone_db: Endpoint,
         period: float = 5.0,
         poll: float = 0.1,
         lease: float | None = None,
@@ -256,7 +244,7 @@ class Guard:
         try:
             return self._pool.get_nowait()
         except queue.Empty:
-            return self.zone_db.connect()
+            return self.zone_db.connect(**ZONE_SESSION)
 
     def _release(self, conn, healthy: bool) -> None:
         if healthy and self._pool.qsize() < 32:
@@ -295,7 +283,7 @@ class Guard:
         from zonesync.dal.transaction import load_table_meta
 
         if table not in self._table_meta:
-            conn = self.zone_db.connect()
+            conn = self.zone_db.connect(**ZONE_SESSION)
             try:
                 self._table_meta[table] = load_table_meta(conn, table)
             finally:

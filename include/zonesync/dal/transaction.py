@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 
 from zonesync.dal.errors import RowNotFoundHere, TableContractError, TransactionDeadlineExceeded
+from zonesync.runtime.endpoints import primary_key
 
 BOOKKEEPING = ("_zs_origin", "_zs_version")
 
@@ -52,12 +53,7 @@ def load_table_meta(conn, table: str) -> tuple[list[str], list[str]]:
             (table,),
         )
         rows = cur.fetchall()
-        cur.execute(
-            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() "
-            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-            (table,),
-        )
-        pk = [r[0] for r in cur.fetchall()]
+    pk = primary_key(conn, table)
     conn.rollback()  # end the snapshot information_schema reads opened
     columns = [r[0] for r in rows]
     if not columns:

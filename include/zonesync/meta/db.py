@@ -22,6 +22,7 @@ from pathlib import Path
 import pymysql
 
 from zonesync import config
+from zonesync.runtime.endpoints import CONNECT_TIMEOUT_S, READ_TIMEOUT_S
 
 MIGRATIONS = config.REPO_ROOT / "include" / "sql" / "meta"
 DB_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -66,18 +67,23 @@ class MetaConfig:
             database=database,
         )
 
-    def connect(self, autocommit: bool = True, timeout: float = 5.0) -> pymysql.connections.Connection:
+    def connect(
+        self, autocommit: bool = True, timeout: float = CONNECT_TIMEOUT_S, database: str | None = None
+    ) -> pymysql.connections.Connection:
+        """A new connection to the meta database (`database=""`: to the server only), with a
+        zone connection's timeouts (runtime/endpoints.py), scaled when `timeout` is given."""
+        io_timeout = timeout * READ_TIMEOUT_S / CONNECT_TIMEOUT_S
         try:
             return pymysql.connect(
                 host=self.host,
                 port=self.port,
                 user=self.user,
                 password=self.password,
-                database=self.database,
+                database=(self.database if database is None else database) or None,
                 autocommit=autocommit,
                 connect_timeout=timeout,
-                read_timeout=timeout * 6,
-                write_timeout=timeout * 6,
+                read_timeout=io_timeout,
+                write_timeout=io_timeout,
                 init_command="SET time_zone = '+00:00'",
             )
         except pymysql.err.OperationalError as exc:
@@ -133,9 +139,7 @@ def migration_files() -> list[tuple[int, Path]]:
 
 def migrate(meta: MetaConfig) -> list[int]:
     """Create the database if needed and apply every migration not yet recorded."""
-    server = pymysql.connect(
-        host=meta.host, port=meta.port, user=meta.user, password=meta.password, autocommit=True, connect_timeout=5
-    )
+    server = meta.connect(database="")
     try:
         with server.cursor() as cur:
             cur.execute(f"CREATE DATABASE IF NOT EXISTS `{meta.database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")

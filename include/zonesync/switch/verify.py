@@ -15,6 +15,7 @@ from __future__ import annotations
 from zonesync.events import encode_row, pk_text
 from zonesync.rules.extract import RuleIndex, ZsidUnknown
 from zonesync.rules.model import RuleSet
+from zonesync.runtime.endpoints import primary_key
 from zonesync.switch.plan import SwitchRequest
 
 
@@ -23,13 +24,8 @@ def _in(spans, zsid: int) -> bool:
 
 
 def _rows(conn, table: str, index: RuleIndex, spans) -> dict[str, dict]:
+    pk = primary_key(conn, table)
     with conn.cursor() as cur:
-        cur.execute(
-            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() "
-            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-            (table,),
-        )
-        pk = [r[0] for r in cur.fetchall()]
         cur.execute(f"SELECT * FROM `{table}`")
         names = [d[0] for d in cur.description]
         out = {}
