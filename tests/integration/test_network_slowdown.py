@@ -18,7 +18,6 @@ link) shows in `zonesync lag`'s capture section: binlog bytes and seconds behind
 from __future__ import annotations
 
 import random
-import socket
 import time
 
 import pytest
@@ -53,22 +52,11 @@ class SlowProxy(TcpProxy):
     def fast(self) -> None:
         self.delay, self.rate = 0.0, None
 
-    def _pipe(self, src, dst):
-        try:
-            while data := src.recv(65536):
-                delay, rate = self.delay, self.rate
-                if delay or rate:
-                    self.slowed_chunks += 1
-                    time.sleep(delay + (len(data) / rate if rate else 0.0))
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+    def _chunk(self, data: bytes) -> None:
+        delay, rate = self.delay, self.rate
+        if delay or rate:
+            self.slowed_chunks += 1
+            time.sleep(delay + (len(data) / rate if rate else 0.0))
 
 
 class SteadyLoad(Background):

@@ -24,8 +24,6 @@ links return every change reaches every zone.
 from __future__ import annotations
 
 import logging
-import socket
-import threading
 import time
 import uuid
 from collections import Counter
@@ -65,47 +63,18 @@ C_BEFORE, C_DARK = range(801, 811), range(811, 831)  # zone c's (ZSIDs 800-1023)
 RETRY_LOG = "restarting from the checkpoint"
 
 
-class Link(TcpProxy):
-    """The proxy, with a total cut: a connection its listener accepted just before the cut
-    (still connecting upstream when the open ones were broken) is dropped as well."""
-
-    def _accept(self, listener):
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                if listener is not self._listener:  # cut meanwhile
-                    client.close()
-                    upstream.close()
-                    continue
-                self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @property
-    def is_cut(self) -> bool:
-        return self._listener is None
-
-
 @contextmanager
 def dark_zone_a(zones, meta, broker, test_cfg, applier_too: bool = False):
-    """Replication of a, b, c on fresh topics, replicator a reaching zone a through a Link
+    """Replication of a, b, c on fresh topics, replicator a reaching zone a through a TcpProxy
     (and, `applier_too`, applier a's writers through another): (cluster, links)."""
     reset_state(zones, meta)
-    links = {"replicator": Link(zones["a"].port).start()}
+    links = {"replicator": TcpProxy(zones["a"].port).start()}
     cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=PARTITIONS)
     replicator = cluster.make_replicator("a")
     replicator.source = SourceDB("127.0.0.1", links["replicator"].port, "root", "", ["zonesync_app"])
     cluster.replicators["a"] = replicator
     if applier_too:
-        link = links["applier"] = Link(zones["a"].port).start()
+        link = links["applier"] = TcpProxy(zones["a"].port).start()
         applier = cluster.make_applier("a")
         applier.writer_factory = lambda: ZoneWriter("127.0.0.1", link.port, "root", "", "zonesync_app")
         cluster.appliers["a"] = applier

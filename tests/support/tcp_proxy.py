@@ -1,4 +1,7 @@
-"""A loopback TCP proxy whose link can be cut and restored: a real network fault."""
+"""A loopback TCP proxy whose link can be cut and restored: a real network fault.
+
+Subclasses change what happens to each chunk passed on (`_chunk`, e.g. a delay); the
+accept and pipe loops, and the cut, are this class's alone."""
 
 from __future__ import annotations
 
@@ -37,14 +40,21 @@ class TcpProxy:
                 client.close()
                 continue
             with self._lock:
+                if listener is not self._listener:  # cut meanwhile: the cut is total
+                    client.close()
+                    upstream.close()
+                    continue
                 self._conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src, dst):
+    def _chunk(self, data: bytes) -> None:
+        """Called with each chunk before it is passed on (either way); nothing here."""
+
+    def _pipe(self, src, dst):
         try:
             while data := src.recv(65536):
+                self._chunk(data)
                 dst.sendall(data)
         except OSError:
             pass
@@ -75,3 +85,7 @@ class TcpProxy:
 
     def restore(self) -> None:
         self.start()
+
+    @property
+    def is_cut(self) -> bool:
+        return self._listener is None
