@@ -14,7 +14,7 @@ from zonesync.cli_replication import zone_conn
 
 
 def cmd_locks(args) -> int:
-    from zonesync.apply.batch.writer import lock_list
+    from zonesync.apply.bookkeeping.row_locks import lock_list
 
     if args.action in ("add", "resolve"):
         return _lock_change(args)

@@ -8,7 +8,8 @@ import pytest
 
 from tests.support.events import change_event
 from tests.support.replication import reset_state
-from zonesync.apply.batch.writer import StalePosition, ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
+from zonesync.apply.errors import StalePosition
 from zonesync.events import INSERT
 
 pytestmark = pytest.mark.integration

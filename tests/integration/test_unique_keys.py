@@ -19,7 +19,8 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from tests.support.binlog import open_stream, position
 from tests.support.events import change_event
 from tests.support.replication import Cluster, alerts, reset_state
-from zonesync.apply.batch.writer import PartitionsStopped, ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
+from zonesync.apply.errors import PartitionsStopped
 from zonesync.apply.tools import progress
 from zonesync.events import DELETE, INSERT, UPDATE, partition_of
 

@@ -16,7 +16,9 @@ import pytest
 
 from tests.support.events import change_event
 from tests.support.replication import reset_state
-from zonesync.apply.batch.writer import PartitionsStopped, ZoneWriter, lock_list
+from zonesync.apply.batch.writer import ZoneWriter
+from zonesync.apply.bookkeeping.row_locks import lock_list
+from zonesync.apply.errors import PartitionsStopped
 from zonesync.events import INSERT, UPDATE
 
 pytestmark = pytest.mark.integration

@@ -450,7 +450,7 @@ class _Writer:
         self.committed, self.fail_lsn = committed, fail_lsn
 
     def apply_many(self, changes, positions):
-        from zonesync.apply.batch.writer import BatchResult
+        from zonesync.apply.batch.batch_result import BatchResult
 
         lsns = [e.lsn for _, events in changes for e in events]
         if self.fail_lsn in lsns:

@@ -28,11 +28,7 @@ from __future__ import annotations
 
 from zonesync.apply.batch import load_data
 from zonesync.apply.batch.statements import inserts, q
-
-
-class NotAllNew(Exception):
-    """The new-rows INSERT met an existing key, or the table has tombstones or locked
-    rows after all: roll back and apply the batch the read-first way."""
+from zonesync.apply.errors import NotAllNew
 
 
 def statements(cur, lit, table: str, rows: list[dict], load: bool) -> tuple[list[str], int]:

@@ -12,12 +12,9 @@ import re
 import pymysql
 
 from zonesync.apply.batch.literals import row_tuples
+from zonesync.apply.errors import ApplyError
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
-
-class ApplyError(RuntimeError):
-    pass
 
 
 def q(name: str) -> str:

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Protocol
 
 import pymysql
 
@@ -58,35 +58,23 @@ from zonesync.apply.batch.batch_result import BatchResult
 from zonesync.apply.batch.decide import DELETE_ROW, LOCK, SKIP, UPSERT, WAIT, Action, decide
 from zonesync.apply.batch.literals import literal_function
 from zonesync.apply.batch.merge import NetChange, merge
-from zonesync.apply.batch.statements import ApplyError, inserts, key_condition, q, send_numbered, upserts
+from zonesync.apply.batch.statements import inserts, key_condition, q, send_numbered, upserts
 from zonesync.apply.bookkeeping import apply_state, row_locks, tombstones
+from zonesync.apply.errors import BEHIND, UNIQUE, PartitionsStopped, Stop
 from zonesync.events import ChangeEvent, decode_row, pk_text
-
-if TYPE_CHECKING:
-    from zonesync.apply.batch.writer import ZoneWriter
 
 log = logging.getLogger("zonesync.writer")
 
 
-UNIQUE, BEHIND = "unique", "behind"  # why a partition stopped
+class SerialWriter(Protocol):
+    """What serial apply needs of the writer (writer.py's ZoneWriter, which calls it): no
+    import of the writer here, so the two modules do not import each other."""
 
+    expired_waits: set[tuple[str, int, int]]
 
-class Stop(NamedTuple):
-    source: str
-    partition: int
-    lsn: int  # the event it stopped before
-    detail: str
-    kind: str  # UNIQUE: a unique value another row holds; BEHIND: the row's earlier versions
+    def rollback(self, conn) -> None: ...
 
-
-class PartitionsStopped(ApplyError):
-    """Serial apply in source order stopped partitions before events it could not place
-    (see above). Everything else of the batch is committed: `result` counts it; each of
-    `blocked` stopped just before its event."""
-
-    def __init__(self, result: BatchResult, blocked: list[Stop]):
-        super().__init__("; ".join(stop.detail for stop in blocked))
-        self.result, self.blocked = result, blocked
+    def keyed_by_primary_key(self, table: str, changes) -> list[str]: ...
 
 
 class _Wait(Exception):
@@ -105,7 +93,7 @@ class _Duplicate(Exception):
         self.source, self.event, self.error = source, event, error
 
 
-def apply_serial(writer: ZoneWriter, conn, changes, positions) -> BatchResult:
+def apply_serial(writer: SerialWriter, conn, changes, positions) -> BatchResult:
     """The batch one event at a time, in source order: the result, or PartitionsStopped once
     the rest is committed."""
     stops: dict[tuple[str, int], tuple[int, str, str]] = {}  # (source, partition) -> (LSN, why, kind)
@@ -146,7 +134,7 @@ def apply_serial(writer: ZoneWriter, conn, changes, positions) -> BatchResult:
         return result
 
 
-def _attempt(writer: ZoneWriter, conn, changes, positions, stops) -> BatchResult:
+def _attempt(writer: SerialWriter, conn, changes, positions, stops) -> BatchResult:
     """One transaction of the batch's events in source order, but for the partitions
     stopped at an event (from that event on); _Duplicate names the event whose write met
     a duplicate key (rolled back by the caller)."""

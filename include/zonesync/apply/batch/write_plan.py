@@ -21,13 +21,8 @@ from zonesync.apply.batch.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSER
 from zonesync.apply.batch.merge import NetChange
 from zonesync.apply.batch.statements import inserts, key_condition, q, upserts
 from zonesync.apply.bookkeeping import row_locks, tombstones
+from zonesync.apply.errors import WaitForVersions
 from zonesync.events import decode_row
-
-
-class WaitForVersions(Exception):
-    """A change of the batch waits for versions of its row from another source (decide.py,
-    "Waiting"): the writer rolls back and applies the batch serially, which stops that
-    change's partition just before it (unique_keys.py)."""
 
 
 def plan_writes(

@@ -49,34 +49,13 @@ from zonesync.apply.batch import load_data, new_rows, target_rows
 from zonesync.apply.batch.batch_result import BatchResult
 from zonesync.apply.batch.literals import literal_function
 from zonesync.apply.batch.merge import NetChange, merge
-from zonesync.apply.batch.new_rows import NotAllNew
-from zonesync.apply.batch.statements import ApplyError, send
-from zonesync.apply.batch.unique_keys import PartitionsStopped, apply_serial
-from zonesync.apply.batch.write_plan import WaitForVersions, plan_writes
+from zonesync.apply.batch.statements import send
+from zonesync.apply.batch.unique_keys import apply_serial
+from zonesync.apply.batch.write_plan import plan_writes
 from zonesync.apply.bookkeeping import apply_state, tombstones
-from zonesync.apply.bookkeeping.apply_state import StalePosition
-from zonesync.apply.bookkeeping.row_locks import lock_list
+from zonesync.apply.errors import ApplyError, NotAllNew, TableMissing, WaitForVersions
 from zonesync.events import INSERT, ChangeEvent, decode_row
-
-# Importable from here, where the applier, the CLI and the tests have always found them.
-__all__ = [
-    "ApplyError",
-    "BatchResult",
-    "PartitionsStopped",
-    "StalePosition",
-    "TableMissing",
-    "ZoneWriter",
-    "lock_list",
-]
-
-
-class TableMissing(ApplyError):
-    """Events for a table the target does not have (or that has no primary key). Retrying
-    cannot help: the partitions that carried them halt (S001-17)."""
-
-    def __init__(self, table: str, message: str, keys: set[tuple[str, int]] = frozenset()):
-        super().__init__(message)
-        self.table, self.keys = table, set(keys)  # keys: (source zone, partition)
+from zonesync.runtime.endpoints import primary_key
 
 
 class ZoneWriter:
@@ -125,13 +104,7 @@ class ZoneWriter:
 
     def primary_key(self, table: str) -> list[str]:
         if table not in self._pks:
-            with self.connect().cursor() as cur:
-                cur.execute(
-                    "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() "
-                    "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-                    (table,),
-                )
-                pk = [r[0] for r in cur.fetchall()]
+            pk = primary_key(self.connect(), table)  # (the connection's database)
             if not pk:
                 raise TableMissing(
                     table, f"table {table} is missing in zone database {self.database} or has no primary key"

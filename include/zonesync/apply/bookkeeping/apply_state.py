@@ -24,17 +24,7 @@ partition are serialized by that lock, and each is idempotent.
 
 from __future__ import annotations
 
-from zonesync.apply.batch.statements import ApplyError
-
-
-class StalePosition(ApplyError):
-    """A partition's apply_state is not where this batch's chain starts: another applier
-    moved it. Nothing of the batch is written; the pass restarts from apply_state."""
-
-
-class PartitionHalted(StalePosition):
-    """A partition of this batch was halted since its events were read (`zonesync halt`):
-    nothing of the batch is written; the pass restarts and leaves the partition halted."""
+from zonesync.apply.errors import PartitionHalted, StalePosition
 
 
 def claim(cur, lit, positions) -> dict[tuple[str, int], int]:

@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import json
 
-from zonesync.apply.batch.merge import NetChange
 from zonesync.events import ChangeEvent
 
 
-def held(lit, name: str, change: NetChange) -> str:
-    """Count a locked row's change as held."""
+def held(lit, name: str, change) -> str:
+    """Count a locked row's change as held (`change`: batch/merge.py's NetChange)."""
     return (
         f"UPDATE zonesync.row_locks SET held_events = held_events + {change.events} "
         f"WHERE table_name = {name} AND pk = {lit(change.pk_text)}"
     )
 
 
-def lock(lit, name: str, change: NetChange, reason: str) -> str:
+def lock(lit, name: str, change, reason: str) -> str:
     """Lock a row: the first event is the one that locked it; merged later ones are held."""
     return (
         "INSERT INTO zonesync.row_locks (table_name, pk, reason, first_event, held_events) VALUES "

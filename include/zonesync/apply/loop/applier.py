@@ -69,7 +69,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from zonesync import transport
-from zonesync.apply.batch.writer import PartitionsStopped, TableMissing, ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
+from zonesync.apply.errors import PartitionsStopped, TableMissing
 from zonesync.apply.loop.atomic_rounds import spans_workers, whole_transactions
 from zonesync.apply.loop.continuity import PartitionState, complete_prefix, filter_chain
 from zonesync.apply.loop.lag_report import Backlog, LagReport, message_time

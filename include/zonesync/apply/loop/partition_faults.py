@@ -16,8 +16,7 @@ import time
 
 from confluent_kafka import TopicPartition
 
-from zonesync.apply.batch.unique_keys import BEHIND
-from zonesync.apply.batch.writer import PartitionsStopped, TableMissing
+from zonesync.apply.errors import BEHIND, PartitionsStopped, TableMissing
 
 log = logging.getLogger("zonesync.applier")
 

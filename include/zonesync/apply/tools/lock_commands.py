@@ -39,7 +39,8 @@ import pymysql
 
 from zonesync import events
 from zonesync.apply.batch.statements import IDENT, q
-from zonesync.apply.batch.writer import TableMissing, ZoneWriter
+from zonesync.apply.batch.writer import ZoneWriter
+from zonesync.apply.errors import TableMissing
 from zonesync.events import ChangeEvent, EventError, decode_message, decode_row, encode_row, pk_text
 
 PK_FORMS = "a JSON list of the key values, e.g. '[42]', or an object by column, e.g. '{\"tenant_id\": 42}'"
