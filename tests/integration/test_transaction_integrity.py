@@ -10,8 +10,9 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
+from tests.support.relay import Relay
 from tests.support.replication import Cluster, reset_state
 from zonesync.dev import broker as broker_mod
 from zonesync.events import decode_message, encode_message
@@ -21,56 +22,42 @@ pytestmark = pytest.mark.integration
 FIRST, SECOND = 5, 20  # rows of the two transactions
 
 
-class HoldingRelay:
+class HoldingRelay(Relay):
     """Zone a's topic -> a twin topic for zone b's applier. The first two transactions go
     out as one message holding all of the first and all but the last row of the second
     (a cut inside a message), then the second's last row waits `hold` seconds; everything
     after, one event per message."""
 
+    name = "holding-relay"
+
     def __init__(self, bootstrap, source: str, twin: str, hold: float):
-        self.bootstrap, self.source, self.twin, self.hold = bootstrap, source, twin, hold
+        super().__init__(bootstrap)
+        self.source, self.twin, self.hold = source, twin, hold
         self.holding = threading.Event()
         self.released = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._seen: list = []
+        self._txns: list[str] = []
 
-    def start(self):
-        self._thread.start()
-        return self
+    def _assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(self.source, 0, 0)]
 
-    def stop(self):
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self):
-        consumer = Consumer({"bootstrap.servers": self.bootstrap(), "group.id": "hold", "enable.auto.commit": False})
-        consumer.assign([TopicPartition(self.source, 0, 0)])
-        producer = Producer({"bootstrap.servers": self.bootstrap(), "linger.ms": 0})
-        seen: list = []
-        txns: list[str] = []
-        try:
-            while not self._stop.is_set():
-                msg = consumer.poll(0.05)
-                if msg is None or msg.error():
-                    continue
-                for event in decode_message(msg.value()):
-                    if self.released.is_set():
-                        producer.produce(self.twin, value=encode_message([event]), partition=0)
-                        continue
-                    if event.txn_id not in txns:
-                        txns.append(event.txn_id)
-                    seen.append(event)
-                    if len(txns) == 2 and event.txn_end:  # the second transaction's last row
-                        assert seen[-1] is event and len(seen) == FIRST + SECOND
-                        producer.produce(self.twin, value=encode_message(seen[:-1]), partition=0)
-                        producer.flush(5)
-                        self.holding.set()
-                        self._stop.wait(self.hold)
-                        producer.produce(self.twin, value=encode_message([event]), partition=0)
-                        self.released.set()
+    def _relay(self, msg, producer) -> None:
+        seen, txns = self._seen, self._txns
+        for event in decode_message(msg.value()):
+            if self.released.is_set():
+                producer.produce(self.twin, value=encode_message([event]), partition=0)
+                continue
+            if event.txn_id not in txns:
+                txns.append(event.txn_id)
+            seen.append(event)
+            if len(txns) == 2 and event.txn_end:  # the second transaction's last row
+                assert seen[-1] is event and len(seen) == FIRST + SECOND
+                producer.produce(self.twin, value=encode_message(seen[:-1]), partition=0)
                 producer.flush(5)
-        finally:
-            consumer.close()
+                self.holding.set()
+                self._stop.wait(self.hold)
+                producer.produce(self.twin, value=encode_message([event]), partition=0)
+                self.released.set()
 
 
 def _count(inst, lo: int, hi: int) -> int:

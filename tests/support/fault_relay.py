@@ -9,17 +9,18 @@ too (a resend groups events as it reads them, so it is matched by LSN).
 
 from __future__ import annotations
 
-import threading
+from confluent_kafka import TopicPartition
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-
+from tests.support.relay import Relay
 from zonesync.events import decode_message, encode_message
 
 
-class FaultRelay:
+class FaultRelay(Relay):
+    name = "fault-relay"
+
     def __init__(self, bootstrap, sources: dict[str, str], partitions: int, faults: dict[int, str]):
         """sources: source topic -> relay topic; faults: message number (1-based, per relay) -> kind."""
-        self.bootstrap = bootstrap
+        super().__init__(bootstrap)
         self.sources = sources
         self.partitions = partitions
         self.faults = dict(faults)
@@ -27,62 +28,43 @@ class FaultRelay:
         self.injected: list[tuple[str, int]] = []
         self.blackholed: set[int] = set()  # LSNs never passed on
         self.dropped: list = []  # the events drop_always took out of the stream
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._held = None  # the first of a pair to swap, until the second is read
 
-    def start(self):
-        self._thread.start()
-        return self
+    def _assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p, 0) for t in self.sources for p in range(self.partitions)]
 
-    def stop(self):
-        self._stop.set()
-        self._thread.join(10)
+    def _send(self, producer, msg, out: str) -> None:
+        value = msg.value()
+        if self.blackholed:
+            events = decode_message(value)
+            kept = [e for e in events if e.lsn not in self.blackholed]
+            if not kept:
+                return
+            if len(kept) < len(events):
+                value = encode_message(kept)
+        producer.produce(out, key=msg.key(), value=value, partition=msg.partition())
 
-    def _run(self):
-        consumer = Consumer({"bootstrap.servers": self.bootstrap(), "group.id": "relay", "enable.auto.commit": False})
-        consumer.assign([TopicPartition(t, p, 0) for t in self.sources for p in range(self.partitions)])
-        producer = Producer({"bootstrap.servers": self.bootstrap(), "linger.ms": 0})
-        held = None
-        try:
-            while not self._stop.is_set():
-                msg = consumer.poll(0.05)
-                if msg is None or msg.error():
-                    continue
-                self.count += 1
-                out = self.sources[msg.topic()]
-                kind = self.faults.pop(self.count, None)
-
-                def send(m, out=out):
-                    value = m.value()
-                    if self.blackholed:
-                        events = decode_message(value)
-                        kept = [e for e in events if e.lsn not in self.blackholed]
-                        if not kept:
-                            return
-                        if len(kept) < len(events):
-                            value = encode_message(kept)
-                    producer.produce(out, key=m.key(), value=value, partition=m.partition())
-
-                if kind == "drop_always":
-                    self.dropped = decode_message(msg.value())
-                    self.blackholed.update(e.lsn for e in self.dropped)
-                    self.injected.append((kind, self.count))
-                    continue
-                if held is not None:
-                    send(msg)
-                    send(held)  # the swapped pair goes out in reverse order
-                    held = None
-                elif kind == "drop":
-                    self.injected.append((kind, self.count))
-                elif kind == "duplicate":
-                    send(msg)
-                    send(msg)
-                    self.injected.append((kind, self.count))
-                elif kind == "reorder":
-                    held = msg
-                    self.injected.append((kind, self.count))
-                else:
-                    send(msg)
-                producer.flush(5)
-        finally:
-            consumer.close()
+    def _relay(self, msg, producer) -> None:
+        self.count += 1
+        out = self.sources[msg.topic()]
+        kind = self.faults.pop(self.count, None)
+        if kind == "drop_always":
+            self.dropped = decode_message(msg.value())
+            self.blackholed.update(e.lsn for e in self.dropped)
+            self.injected.append((kind, self.count))
+            return
+        if self._held is not None:
+            self._send(producer, msg, out)
+            self._send(producer, self._held, out)  # the swapped pair goes out in reverse order
+            self._held = None
+        elif kind == "drop":
+            self.injected.append((kind, self.count))
+        elif kind == "duplicate":
+            self._send(producer, msg, out)
+            self._send(producer, msg, out)
+            self.injected.append((kind, self.count))
+        elif kind == "reorder":
+            self._held = msg
+            self.injected.append((kind, self.count))
+        else:
+            self._send(producer, msg, out)

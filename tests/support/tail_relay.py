@@ -16,21 +16,23 @@ is not the successor of what it applied.
 
 from __future__ import annotations
 
-import threading
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
+from tests.support.relay import Relay
 from zonesync.events import ChangeEvent, decode_message
 
 
-class TailRelay:
+class TailRelay(Relay):
+    name = "tail-relay"
+
     def __init__(
         self, bootstrap, source: str, twin: str, partitions: int, keep_from: dict[int, int], hold_resend: float = 0.0
     ):
         """hold_resend: the first message of resent events (is_retry) waits that long before it
         and everything after it is passed on, as if a long tail lay before it in the topic."""
-        self.bootstrap = bootstrap
+        super().__init__(bootstrap)
         self.hold_resend = hold_resend
         self.resend_seen: float | None = None  # monotonic time the first resent event was read
         self.source = source
@@ -40,52 +42,24 @@ class TailRelay:
         self.copied = [0] * partitions  # messages passed on, per partition
         self.next_offset = [0] * partitions  # the next source offset expected, per partition
         self.lost: list[tuple[int, int, ChangeEvent]] = []  # (partition, source offset, event) left out
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tail-relay", daemon=True)
-
-    def start(self) -> TailRelay:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.ident is None:
-            return  # never started
-        self._thread.join(10)
-        assert not self._thread.is_alive(), "the tail relay did not stop"
 
     def caught_up(self, ends: dict[int, int]) -> bool:
         """Has every partition been relayed up to (not including) its source offset `ends[p]`?"""
         return all(self.next_offset[p] >= end for p, end in ends.items())
 
-    def _run(self) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap(),
-                "group.id": "tail-relay",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-            }
-        )
-        consumer.assign([TopicPartition(self.source, p, 0) for p in range(self.partitions)])
-        producer = Producer({"bootstrap.servers": self.bootstrap(), "linger.ms": 0})
-        try:
-            while not self._stop.is_set():
-                msg = consumer.poll(0.05)
-                if msg is None or msg.error():
-                    continue
-                p, offset = msg.partition(), msg.offset()
-                events = decode_message(msg.value())
-                if offset < self.keep_from[p]:
-                    self.lost += [(p, offset, e) for e in events]
-                else:
-                    if self.resend_seen is None and any(e.is_retry for e in events):
-                        self.resend_seen = time.monotonic()
-                        self._stop.wait(self.hold_resend)
-                    producer.produce(self.twin, value=msg.value(), partition=p)
-                    producer.flush(5)
-                    self.copied[p] += 1
-                self.next_offset[p] = offset + 1  # (once it is in the twin)
-        finally:
+    def _assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(self.source, p, 0) for p in range(self.partitions)]
+
+    def _relay(self, msg, producer) -> None:
+        p, offset = msg.partition(), msg.offset()
+        events = decode_message(msg.value())
+        if offset < self.keep_from[p]:
+            self.lost += [(p, offset, e) for e in events]
+        else:
+            if self.resend_seen is None and any(e.is_retry for e in events):
+                self.resend_seen = time.monotonic()
+                self._stop.wait(self.hold_resend)
+            producer.produce(self.twin, value=msg.value(), partition=p)
             producer.flush(5)
-            consumer.close()
+            self.copied[p] += 1
+        self.next_offset[p] = offset + 1  # (once it is in the twin)
