@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import Counter
 from contextlib import contextmanager
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from tests.support.apply_faults import positions
 from tests.support.background import wait_until
@@ -43,12 +41,13 @@ from tests.support.replication import (
     wait_converged,
 )
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.topics import topic_events
 from zonesync import cli
 from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.apply.tools.reconcile import OK
 from zonesync.capture.source import SourceDB
 from zonesync.dal import WrongZone
-from zonesync.events import decode_message, file_number
+from zonesync.events import file_number
 
 pytestmark = pytest.mark.integration
 
@@ -114,30 +113,6 @@ def b_part(inst) -> tuple:
 
 def c_part(inst) -> tuple:
     return _owned_by(inst, 800, 1023)
-
-
-def topic_events(cluster, zone: str) -> dict[int, list]:
-    """partition -> every event the zone's topic holds there, in offset order."""
-    topic = cluster.topic(zone)
-    group = f"zone-cut-{uuid.uuid4().hex}"
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap(), "group.id": group, "enable.auto.commit": False})
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
-        out: dict[int, list] = {p: [] for p in range(PARTITIONS)}
-        left = {p for p, end in ends.items() if end > 0}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in left])
-        deadline = time.monotonic() + 20
-        while left:
-            assert time.monotonic() < deadline, f"topic {topic}: partitions {sorted(left)} not read to their end"
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            out[msg.partition()] += decode_message(msg.value())
-            if msg.offset() >= ends[msg.partition()] - 1:
-                left.discard(msg.partition())
-        return out
-    finally:
-        consumer.close()
 
 
 def lease_holder(meta, zone: str):
