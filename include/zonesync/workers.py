@@ -109,6 +109,7 @@ def build_applier(
 ):
     from zonesync.apply.batch.writer import ZoneWriter
     from zonesync.apply.loop.applier import Applier
+    from zonesync.apply.loop.settings import ApplierSettings
 
     ep = zone_endpoint(zone, env)
     cfg = config.load(env)
@@ -119,20 +120,22 @@ def build_applier(
         writer_factory=lambda: ZoneWriter(ep.host, ep.port, ep.user, ep.password, ep.database),
         meta=MetaConfig.from_env(env),
         partitions=transport.partitions(env),
-        workers=workers,
-        table_weights=table_weights
-        if table_weights is not None
-        else parse_table_weights(
-            (env if env is not None else os.environ).get("ZONESYNC_APPLY_TABLE_WEIGHTS"),
-            "ZONESYNC_APPLY_TABLE_WEIGHTS",
+        settings=ApplierSettings(
+            workers=workers,
+            table_weights=table_weights
+            if table_weights is not None
+            else parse_table_weights(
+                (env if env is not None else os.environ).get("ZONESYNC_APPLY_TABLE_WEIGHTS"),
+                "ZONESYNC_APPLY_TABLE_WEIGHTS",
+            ),
+            group=group,
+            lag_warning_s=_seconds(env, "ZONESYNC_LAG_WARNING_S", 60.0),
+            group_session_s=_seconds(env, "ZONESYNC_APPLY_GROUP_SESSION_S", 6.0),
+            atomic_transactions=atomic_transactions
+            if atomic_transactions is not None
+            else _flag(env, "ZONESYNC_APPLY_ATOMIC_TRANSACTIONS"),
+            behind_timeout=_seconds(env, "ZONESYNC_APPLY_BEHIND_TIMEOUT_S", 10.0),
         ),
-        group=group,
-        lag_warning_s=_seconds(env, "ZONESYNC_LAG_WARNING_S", 60.0),
-        group_session_s=_seconds(env, "ZONESYNC_APPLY_GROUP_SESSION_S", 6.0),
-        atomic_transactions=atomic_transactions
-        if atomic_transactions is not None
-        else _flag(env, "ZONESYNC_APPLY_ATOMIC_TRANSACTIONS"),
-        behind_timeout=_seconds(env, "ZONESYNC_APPLY_BEHIND_TIMEOUT_S", 10.0),
     )
 
 

@@ -41,6 +41,7 @@ if __name__ == "__main__":
     from tests.support.replication import ZONES
     from zonesync.apply.batch.writer import ZoneWriter
     from zonesync.apply.loop.applier import Applier
+    from zonesync.apply.loop.settings import ApplierSettings
     from zonesync.dev import broker as broker_mod
     from zonesync.meta.db import MetaConfig
 
@@ -54,7 +55,7 @@ if __name__ == "__main__":
         partitions=int(partitions),
         bootstrap=lambda: broker_mod.read_info(Path(broker_file))["bootstrap"],
         topic_of=lambda z: f"{prefix}.zonesync.{z}.changes",
-        group=True,
+        settings=ApplierSettings(group=True),
     )
     signal.signal(signal.SIGTERM, lambda *_: applier.stop())
     applier.run()

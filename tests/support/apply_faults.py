@@ -65,6 +65,7 @@ def main(spec: dict) -> None:
     from tests.support.replication import ZONES
     from zonesync.apply.batch.writer import ZoneWriter
     from zonesync.apply.loop.applier import Applier
+    from zonesync.apply.loop.settings import ApplierSettings
     from zonesync.dev import broker as broker_mod
     from zonesync.meta.db import MetaConfig
 
@@ -78,10 +79,9 @@ def main(spec: dict) -> None:
         partitions=spec["partitions"],
         bootstrap=lambda: broker_mod.read_info(broker_file)["bootstrap"],
         topic_of=lambda z: f"{prefix}.zonesync.{z}.changes",
-        workers=spec["workers"],
-        small_round=spec["small_round"],
-        max_batch=spec["max_batch"],
-        group=spec["group"],
+        settings=ApplierSettings(
+            workers=spec["workers"], small_round=spec["small_round"], max_batch=spec["max_batch"], group=spec["group"]
+        ),
     ).run()
 
 

@@ -10,6 +10,7 @@ import uuid
 
 from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.apply.loop.applier import Applier
+from zonesync.apply.loop.settings import ApplierSettings
 from zonesync.capture.checkpoints import CheckpointStore
 from zonesync.capture.replicator import Replicator
 from zonesync.capture.source import SourceDB
@@ -88,7 +89,7 @@ class Cluster:
             partitions=self.partitions,
             bootstrap=self.bootstrap,
             topic_of=self.apply_topic,
-            **kw,
+            settings=ApplierSettings(**kw),
         )
 
     def start(self, which=("replicator", "applier"), zones=ZONES, **applier_kw) -> None:

@@ -214,11 +214,14 @@ def test_the_applier_warns_for_a_backlog_not_for_one_event_after_a_long_idle(mon
     import zonesync.apply.loop.lag_report as lag_report
     from zonesync.apply.loop.applier import Applier
     from zonesync.apply.loop.continuity import PartitionState
+    from zonesync.apply.loop.settings import ApplierSettings
 
     now = 1_800_000_000.0
     monkeypatch.setattr(lag_report.time, "time", lambda: now)
-    applier = Applier("b", ["a"], writer_factory=None, meta=None, partitions=2, bootstrap=lambda: "unused")
-    applier.lag_warning_s = 30.0
+    settings = ApplierSettings(lag_warning_s=30.0)
+    applier = Applier(
+        "b", ["a"], writer_factory=None, meta=None, partitions=2, settings=settings, bootstrap=lambda: "unused"
+    )
     warned = []
     applier.alert = lambda kind, detail: warned.append((kind, detail))
     written = []

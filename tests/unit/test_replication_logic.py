@@ -463,6 +463,7 @@ class _Writer:
 def _pipelined_applier(committed, fail_lsn):
     from zonesync.apply.loop.applier import Applier
     from zonesync.apply.loop.continuity import PartitionState
+    from zonesync.apply.loop.settings import ApplierSettings
 
     applier = Applier(
         "b",
@@ -471,9 +472,7 @@ def _pipelined_applier(committed, fail_lsn):
         meta=None,
         partitions=2,
         bootstrap=lambda: "unused",
-        workers=2,
-        small_round=0,
-        rounds_in_flight=3,
+        settings=ApplierSettings(workers=2, small_round=0, rounds_in_flight=3),
     )
     applier.state = {("a", p): PartitionState(applied_lsn=0) for p in (0, 1)}
     return applier

@@ -76,16 +76,13 @@ from zonesync.apply.loop.continuity import PartitionState, complete_prefix, filt
 from zonesync.apply.loop.lag_report import Backlog, LagReport, message_time
 from zonesync.apply.loop.partition_faults import PartitionFaults
 from zonesync.apply.loop.rounds import Rounds
+from zonesync.apply.loop.settings import ApplierSettings
 from zonesync.events import ChangeEvent, EventError, decode_message
 from zonesync.meta import alerts, topics
 from zonesync.meta.db import META_DOWN, MetaConfig
 from zonesync.meta.outage import MetaOutage
 
 log = logging.getLogger("zonesync.applier")
-# Group mode: a worker that stops heartbeating keeps its partitions for the session timeout
-# (the seed's 保护期, S003-34: a hang, a GC pause or a network blip shorter than that moves
-# nothing), then loses them to the live workers.
-GROUP_SESSION_S = 6.0
 TXN_HOLD_ROWS = 50_000  # the replicator's large_txn_rows: a larger transaction is streamed
 ATOMIC_FETCH_BYTES = 64 * 1024
 
@@ -98,53 +95,23 @@ class Applier(Rounds, LagReport, PartitionFaults):
         writer_factory,
         meta: MetaConfig,
         partitions: int,
+        settings: ApplierSettings | None = None,
         bootstrap=transport.bootstrap,
-        workers: int = 4,
-        resend_timeout: float = 3.0,
-        max_resends: int = 3,
-        max_batch: int = 2000,
-        small_round: int = 200,
         topic_of=transport.topic,
-        tombstone_horizon_s: float = 7 * 86400,
-        table_weights: dict[str, int] | None = None,
-        rounds_in_flight: int = 2,
-        unique_conflict_timeout: float = 30.0,
-        group: bool = False,
-        resend_wait: float = 30.0,
-        txn_hold_timeout: float = 5.0,
-        behind_timeout: float = 10.0,
-        lag_warning_s: float = 60.0,
-        atomic_transactions: bool = False,
-        group_session_s: float = GROUP_SESSION_S,
     ):
         self.zone = zone
         self.sources = sources
         self.writer_factory = writer_factory
         self.meta = meta
         self.partitions = partitions
+        self.settings = settings = settings or ApplierSettings()
         self.bootstrap = bootstrap
-        self.workers = workers
-        self.resend_timeout = resend_timeout
-        self.max_resends = max_resends
-        self.max_batch = max_batch
-        self.small_round = small_round
         self.topic_of = topic_of
-        self.tombstone_horizon_s = tombstone_horizon_s
-        self.table_weights = dict(table_weights or {})
-        self.rounds_in_flight = max(1, rounds_in_flight)
-        self.unique_conflict_timeout = unique_conflict_timeout
-        self.group = group
-        self.group_session_s = group_session_s  # group mode: how long a silent worker keeps its partitions
-        self.txn_hold_timeout = txn_hold_timeout
         self._held: dict[tuple[str, int], list] = {}  # per partition: a transaction's rows, its end not read
         self._held_since: dict[tuple[str, int], float] = {}
-        self.resend_wait = resend_wait  # a served resend whose events have not arrived yet is waited for
         self._in_flight: deque = deque()  # (futures, shares) per round handed to the lanes, oldest first
-        self.behind_timeout = behind_timeout
         # a source transaction's rows become visible together, across partitions (atomic_rounds.py)
-        self.atomic_transactions = atomic_transactions
         self._txn_waiting: dict[tuple[str, str], float] = {}
-        self.lag_warning_s = lag_warning_s  # a partition this far behind raises lag_warning (lag_report.py)
         self._lag_warned: set[tuple[str, int]] = set()
         # partitions stopped before an event serial apply could not place: partition -> (LSN, since)
         self._stops: dict[tuple[str, int], tuple[int, float]] = {}
@@ -186,7 +153,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
         if w is None:
             w = self.writer_factory()
             w.expired_waits = self._expired_waits
-            w.table_weights = self.table_weights  # tables in weight order inside a transaction
+            w.table_weights = self.settings.table_weights  # tables in weight order inside a transaction
             self._local.writer = w
             self._writers.append(w)
         return w
@@ -276,9 +243,10 @@ class Applier(Rounds, LagReport, PartitionFaults):
                 down["since"] = down["since"] or time.monotonic()
 
         config = transport.consumer_config(bootstrap_used, f"zonesync-apply-{self.zone}")
-        if self.group:
-            config.update({"session.timeout.ms": int(self.group_session_s * 1000), "heartbeat.interval.ms": 500})
-        if self.atomic_transactions:
+        if self.settings.group:
+            session_ms = int(self.settings.group_session_s * 1000)
+            config.update({"session.timeout.ms": session_ms, "heartbeat.interval.ms": 500})
+        if self.settings.atomic_transactions:
             # small slices of every partition per fetch: a transaction's rows, spread over the
             # partitions, arrive close together (atomic_rounds.py: what is held stays small)
             config["max.partition.fetch.bytes"] = ATOMIC_FETCH_BYTES
@@ -293,7 +261,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
                 if not self._topics_confirmed:
                     raise
             topic_names = [self.topic_of(s) for s in self.sources]
-            if self.group:
+            if self.settings.group:
                 revoke = self._on_revoke
                 consumer.subscribe(topic_names, on_assign=self._on_assign, on_revoke=revoke, on_lost=revoke)
             else:
@@ -306,7 +274,8 @@ class Applier(Rounds, LagReport, PartitionFaults):
             raise
         # One single-threaded executor per worker: a worker applies its shares in order.
         lanes = [
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apply-{self.zone}-{i}") for i in range(self.workers)
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apply-{self.zone}-{i}")
+            for i in range(self.settings.workers)
         ]
         in_flight: deque[tuple[list[Future], list]] = deque()  # (futures, shares) per round, oldest first
         self._in_flight = in_flight
@@ -346,13 +315,18 @@ class Applier(Rounds, LagReport, PartitionFaults):
                     if filtered.gap:
                         gaps[key] = filtered.gap
                 whole = False
-                if jobs and self.atomic_transactions:  # whole source transactions (atomic_rounds.py)
+                if jobs and self.settings.atomic_transactions:  # whole source transactions (atomic_rounds.py)
                     jobs, held = whole_transactions(
-                        jobs, self._txn_waiting, time.monotonic(), self.txn_hold_timeout, TXN_HOLD_ROWS, TXN_HOLD_ROWS
+                        jobs,
+                        self._txn_waiting,
+                        time.monotonic(),
+                        self.settings.txn_hold_timeout,
+                        TXN_HOLD_ROWS,
+                        TXN_HOLD_ROWS,
                     )
                     for key, events in held.items():
                         self._held[key] = events + self._held.get(key, [])
-                    whole = bool(self.table_weights) or spans_workers(jobs, self.workers)
+                    whole = bool(self.settings.table_weights) or spans_workers(jobs, self.settings.workers)
                 # once a second, the ages of what is pending, taken before this round is
                 # handed out, while its events are still pending (lag_report.py)
                 pending = self._pending_ages() if time.monotonic() - last_lag >= 1.0 else None
@@ -361,7 +335,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
                     # so a key (one partition number in every source) is applied by one worker.
                     rounds: dict[int, list] = {}
                     for key, chain in jobs.items():
-                        rounds.setdefault(key[1] % self.workers, []).append((key, chain))
+                        rounds.setdefault(key[1] % self.settings.workers, []).append((key, chain))
                     self._run_round(lanes, in_flight, failed, rounds, whole)
                 for key in jobs:  # progress: an earlier gap was repaired
                     self.state[key].gap_since = None
@@ -380,7 +354,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
                     self._send_alerts()
                     if now - self._last_gc >= 60:
                         self._last_gc = now
-                        self._writer().gc_tombstones(self.tombstone_horizon_s)
+                        self._writer().gc_tombstones(self.settings.tombstone_horizon_s)
             self._reap(in_flight, keep=0)
         finally:
             for lane in lanes:
@@ -393,10 +367,10 @@ class Applier(Rounds, LagReport, PartitionFaults):
         of max_batch new events behind 40k held ones spent most of its time re-reading them
         (session 12: 0.2x native); taking as many new ones as are held keeps that work at
         most twice the events taken."""
-        if not self.atomic_transactions or not self._held:
-            return self.max_batch
+        if not self.settings.atomic_transactions or not self._held:
+            return self.settings.max_batch
         held = sum(len(events) for events in self._held.values())
-        return max(self.max_batch, min(held, TXN_HOLD_ROWS - held))
+        return max(self.settings.max_batch, min(held, TXN_HOLD_ROWS - held))
 
     def _whole_transactions(self, key, chain: list) -> list:
         """Step 3's S002-02: the chain up to the last event that ends its transaction in the
@@ -412,7 +386,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
             return chain
         now = time.monotonic()
         since = self._held_since.get(key, now) if not done else now
-        if now - since >= self.txn_hold_timeout or len(rest) > TXN_HOLD_ROWS:
+        if now - since >= self.settings.txn_hold_timeout or len(rest) > TXN_HOLD_ROWS:
             log.warning("applier %s: %s: a transaction's end did not arrive: applying its rows", self.zone, key)
             self._held_since.pop(key, None)
             return chain

@@ -180,14 +180,14 @@ class LagReport:
 
     def _warn_lag(self, source: str, partition: int, behind: int, seconds: float) -> None:
         key = (source, partition)
-        if seconds >= self.lag_warning_s and key not in self._lag_warned:
+        if seconds >= self.settings.lag_warning_s and key not in self._lag_warned:
             self._lag_warned.add(key)
             self.alert(
                 "lag_warning",
                 {"source": source, "partition": partition, "behind_events": behind,
-                 "behind_seconds": round(seconds, 1), "threshold_s": self.lag_warning_s},
+                 "behind_seconds": round(seconds, 1), "threshold_s": self.settings.lag_warning_s},
             )  # fmt: skip
-        elif seconds < self.lag_warning_s / 2:
+        elif seconds < self.settings.lag_warning_s / 2:
             self._lag_warned.discard(key)
 
     def _write_lag(self, rows: list[tuple]) -> None:

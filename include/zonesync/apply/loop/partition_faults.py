@@ -63,7 +63,7 @@ class PartitionFaults:
             st.resend_attempts = 1
             st.last_request = st.requested_at = now
             return
-        if now - st.last_request < self.resend_timeout:
+        if now - st.last_request < self.settings.resend_timeout:
             return
         status, detail = self.meta_outage.call(self._request_status, st.request_id, default=("pending", ""))
         if status == "failed":
@@ -73,13 +73,14 @@ class PartitionFaults:
             # long retained tail, a mirror's lag): the resend failed only if they arrived and
             # the gap is still open, or if none arrived within resend_wait.
             arrived = st.retry_seen >= st.requested_at
-            if (arrived and now - st.retry_seen < self.resend_timeout) or (
-                not arrived and now - st.requested_at < self.resend_wait
+            if (arrived and now - st.retry_seen < self.settings.resend_timeout) or (
+                not arrived and now - st.requested_at < self.settings.resend_wait
             ):
                 st.last_request = now
                 return
-            if st.resend_attempts >= self.max_resends:
-                self._halt(consumer, key, f"gap after LSN {st.applied_lsn} not repaired by {self.max_resends} resends")
+            if st.resend_attempts >= self.settings.max_resends:
+                tries = self.settings.max_resends
+                self._halt(consumer, key, f"gap after LSN {st.applied_lsn} not repaired by {tries} resends")
                 return
             request_id = self.meta_outage.call(self._request_resend, source, partition, st.applied_lsn)
             if request_id is not None:
@@ -150,7 +151,7 @@ class PartitionFaults:
             key = (source, partition)
             stop = self._stops.get(key)
             since = stop[1] if stop and stop[0] == lsn else now
-            timeout = self.behind_timeout if kind == BEHIND else self.unique_conflict_timeout
+            timeout = self.settings.behind_timeout if kind == BEHIND else self.settings.unique_conflict_timeout
             if now - since < timeout:
                 self._stops[key] = (lsn, since)
                 log.warning("applier %s: %s: retrying serially", self.zone, detail)
@@ -162,7 +163,7 @@ class PartitionFaults:
                 continue
             self._stops.pop(key, None)
             detail = (
-                f"{detail}: still in conflict after {self.unique_conflict_timeout:g} s; another row holds the value "
+                f"{detail}: still in conflict after {timeout:g} s; another row holds the value "
                 f"in the target: change or remove it, then `zonesync resume --zone {self.zone} --source {source} "
                 f"--partition {partition}`"
             )

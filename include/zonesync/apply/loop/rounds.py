@@ -37,9 +37,9 @@ class Rounds:
         for share in shares:
             for key, chain in share:
                 self.state[key].applied_lsn = chain[-1][0].lsn
-        small = sum(len(chain) for share in shares for _, chain in share) <= self.small_round
+        small = sum(len(chain) for share in shares for _, chain in share) <= self.settings.small_round
         small = small or bool(self._stops)  # one connection, one serial order (writer.py)
-        weights = self.table_weights
+        weights = self.settings.table_weights
         if (small or weights or whole) and in_flight:
             self._reap(in_flight, keep=0)  # the round below runs outside the lanes' order
         if whole:
@@ -58,7 +58,7 @@ class Rounds:
             self._apply_levels(shares, lanes)
             self._committed(shares)
             return
-        self._reap(in_flight, keep=self.rounds_in_flight - 1)
+        self._reap(in_flight, keep=self.settings.rounds_in_flight - 1)
         futures = [
             lanes[lane].submit(self._lane_share, failed, _changes(share), _positions(share))
             for lane, share in rounds.items()
@@ -98,7 +98,7 @@ class Rounds:
     def _apply_levels(self, shares: list[list], lanes=None) -> None:
         """Apply shares to their commit: level by level (one level without weights),
         each level's shares in parallel on the lanes, positions with the last level."""
-        weights = self.table_weights
+        weights = self.settings.table_weights
         # without weights every table is level 0: no need to look at each event for it
         levels = [0]
         if weights:

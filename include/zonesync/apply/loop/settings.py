@@ -1,0 +1,38 @@
+"""How one applier runs: everything its operator can tune, in one frozen value.
+
+The environment is read where the worker is built (runtime/workers.py: build_applier);
+tests build one with the fields they change. The defaults are the production ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Group mode: a worker that stops heartbeating keeps its partitions for the session timeout
+# (the seed's 保护期, S003-34: a hang, a GC pause or a network blip shorter than that moves
+# nothing), then loses them to the live workers.
+GROUP_SESSION_S = 6.0
+
+
+@dataclass(frozen=True)
+class ApplierSettings:
+    workers: int = 4  # target connections; partition p is applied by worker p % workers
+    max_batch: int = 2000  # events a round takes (about: a message is taken whole)
+    small_round: int = 200  # a round of at most this many events is one transaction, on the loop's thread
+    rounds_in_flight: int = 2  # rounds handed to the workers and not yet committed, at most
+    resend_timeout: float = 3.0  # seconds between looks at an open resend request
+    max_resends: int = 3  # served resends that left a gap open before its partition halts
+    resend_wait: float = 30.0  # a served resend whose events have not arrived yet is waited for this long
+    unique_conflict_timeout: float = 30.0  # a partition stopped at a unique conflict this long halts
+    behind_timeout: float = 10.0  # a change waiting this long for its row's earlier versions locks the row
+    txn_hold_timeout: float = 5.0  # a transaction's rows wait this long for the rest of it
+    tombstone_horizon_s: float = 7 * 86400  # tombstones older than this are forgotten
+    table_weights: dict[str, int] = field(default_factory=dict)  # Otter's 权重: lighter tables first
+    group: bool = False  # share the zone's partitions with its other appliers (a Kafka consumer group)
+    group_session_s: float = GROUP_SESSION_S  # group mode: how long a silent worker keeps its partitions
+    lag_warning_s: float = 60.0  # a partition this far behind raises lag_warning (lag_report.py)
+    atomic_transactions: bool = False  # a source transaction's rows become visible together (atomic_rounds.py)
+
+    def __post_init__(self):
+        object.__setattr__(self, "rounds_in_flight", max(1, self.rounds_in_flight))
+        object.__setattr__(self, "table_weights", dict(self.table_weights or {}))
