@@ -46,6 +46,7 @@ TEST_CFG = _make_test_config()
 # Before anything imports airflow: its config, DB and connections are the test env's.
 os.environ.update(airflow_env.environment(TEST_CFG))
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
+os.environ["ZONESYNC_DEV"] = "1"  # zones and meta default to this session's (config.dev_selected)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -59,7 +59,7 @@ def _lock_change(args) -> int:
     from zonesync.apply.tools import lock_commands as locks
     from zonesync.meta import alerts
     from zonesync.meta.db import MetaConfig
-    from zonesync.workers import zone_endpoint
+    from zonesync.runtime.endpoints import zone_endpoint
 
     need = ["--table", "--pk"] + (["--reason"] if args.action == "add" else [])
     missing = [f for f in need if not getattr(args, f[2:].replace("-", "_"))]

@@ -7,13 +7,13 @@ import sys
 
 
 def cmd_replicate(args) -> int:
-    from zonesync import workers
+    from zonesync.runtime import workers
 
     return workers.run_forever(workers.build_replicator(args.zone, args.server_id))
 
 
 def cmd_apply(args) -> int:
-    from zonesync import workers
+    from zonesync.runtime import workers
 
     try:
         weights = workers.parse_table_weights(args.table_weights) if args.table_weights else None
@@ -65,7 +65,7 @@ def cmd_lag(args) -> int:
 def zone_conn(zone: str):
     import pymysql
 
-    from zonesync.workers import zone_endpoint
+    from zonesync.runtime.endpoints import zone_endpoint
 
     ep = zone_endpoint(zone)
     return pymysql.connect(
@@ -132,11 +132,9 @@ def cmd_bootstrap(args) -> int:
 
 def zone_source(zone: str):
     """The zone's database as capture's binlog purge reaches it (runtime.endpoints.Endpoint)."""
-    from zonesync.runtime.endpoints import Endpoint
-    from zonesync.workers import zone_endpoint
+    from zonesync.runtime.endpoints import zone_endpoint
 
-    ep = zone_endpoint(zone)
-    return Endpoint(ep.name, ep.host, ep.port, ep.user, ep.password, ep.database, ep.zone_id)
+    return zone_endpoint(zone)
 
 
 def cmd_safe_purge(args) -> int:

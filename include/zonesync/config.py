@@ -14,6 +14,14 @@ MariaDB on 3306). Defaults are the embedded local setup `make demo` uses.
 | ZONESYNC_KAFKA_PARTITIONS | 32             | partitions of topics the dev broker creates|
 | ZONESYNC_WITH_AIRFLOW     | 1              | 0: no Airflow                              |
 | ZONESYNC_WITH_WORKERS     | 1              | 0: no replicators / appliers               |
+| ZONESYNC_DEV              | (unset)        | 1: zones and meta default to this env's    |
+
+This describes the dev environment only. Production code never falls back to it
+silently: a zone's database is ZONESYNC_ZONE_<NAME>_URL and the meta store
+ZONESYNC_META_URL, and a missing one is an error naming the variable unless the dev
+environment is selected (`dev_selected`): ZONESYNC_DEV=1 (`zonesync dev up` sets it for
+the workers it starts, the test session for its own), or the state dir is one a dev
+environment runs in (its `run/` dir exists), as after `zonesync dev up`.
 """
 
 from __future__ import annotations
@@ -128,3 +136,30 @@ def load(env: dict | None = None) -> EnvConfig:
         with_airflow=env.get("ZONESYNC_WITH_AIRFLOW", "1") not in ("0", "false", "no"),
         with_workers=env.get("ZONESYNC_WITH_WORKERS", "1") not in ("0", "false", "no"),
     )
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def dev_selected(env: dict | None = None) -> bool:
+    """Whether addresses may default to the local dev environment's instances: ZONESYNC_DEV=1,
+    or (ZONESYNC_DEV unset) the state dir is one a dev environment was started in."""
+    env = os.environ if env is None else env
+    flag = (env.get("ZONESYNC_DEV") or "").strip().lower()
+    if flag in _TRUE:
+        return True
+    if flag in _FALSE:
+        return False
+    if flag:
+        raise ConfigError(f"ZONESYNC_DEV={flag!r}: give 1 (use the local dev environment) or 0")
+    return load(env).run_dir.is_dir()
+
+
+def require_dev(variable: str, what: str, env: dict | None = None) -> None:
+    """Raise the one-line error for a missing production setting unless the dev environment is selected."""
+    if not dev_selected(env):
+        raise ConfigError(
+            f"{variable} is not set: give {what} as mysql://user:password@host:port/db "
+            "(or ZONESYNC_DEV=1 for the local environment of `zonesync dev up`)"
+        )

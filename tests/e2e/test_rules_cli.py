@@ -143,3 +143,14 @@ def test_unreachable_meta_store_is_one_line(tmp_path):
     bad = {**env, "ZONESYNC_META_URL": "postgres://x"}
     result = subprocess.run([ZS, "guards"], env=bad, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "ZONESYNC_META_URL must look like" in result.stderr
+
+
+def test_outside_the_dev_environment_a_missing_address_is_one_line(tmp_path):
+    """Production never falls back to the dev environment's addresses (config.dev_selected)."""
+    env = {k: v for k, v in os.environ.items() if k != "ZONESYNC_META_URL" and not k.startswith("ZONESYNC_ZONE_")}
+    env.update({"ZONESYNC_DEV": "0", "ZONESYNC_STATE_DIR": str(tmp_path / "nowhere")})
+    result = subprocess.run([ZS, "guards"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("zonesync: ZONESYNC_META_URL is not set"), result.stderr
+    result = subprocess.run([ZS, "locks", "--zone", "b"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("zonesync: ZONESYNC_ZONE_B_URL is not set") and "Traceback" not in result.stderr

@@ -40,3 +40,57 @@ def test_unknown_zone_lists_the_known_ones():
     cfg = config.load({})
     with pytest.raises(config.ConfigError, match="known zones are a, b, c"):
         cfg.zone("z")
+
+
+# -- the dev environment is selected, never fallen back to silently ---------------------
+
+
+def _env(tmp_path, **extra) -> dict:
+    return {"ZONESYNC_STATE_DIR": str(tmp_path / "state"), **extra}
+
+
+def test_dev_is_selected_by_the_flag_or_a_dev_state_dir(tmp_path):
+    assert not config.dev_selected(_env(tmp_path))
+    assert config.dev_selected(_env(tmp_path, ZONESYNC_DEV="1"))
+    (tmp_path / "state" / "run").mkdir(parents=True)  # `zonesync dev up` ran here
+    assert config.dev_selected(_env(tmp_path))
+    assert not config.dev_selected(_env(tmp_path, ZONESYNC_DEV="0"))
+    with pytest.raises(config.ConfigError, match="ZONESYNC_DEV='maybe'"):
+        config.dev_selected(_env(tmp_path, ZONESYNC_DEV="maybe"))
+
+
+def test_a_missing_zone_url_is_one_line_naming_the_variable(tmp_path):
+    from zonesync.runtime.endpoints import zone_endpoint
+
+    with pytest.raises(config.ConfigError) as err:
+        zone_endpoint("b", _env(tmp_path))
+    text = str(err.value)
+    assert text.startswith("ZONESYNC_ZONE_B_URL is not set") and "ZONESYNC_DEV=1" in text and "\n" not in text
+
+
+def test_the_zone_url_gives_the_endpoint_and_the_zone_id(tmp_path):
+    from zonesync.runtime.endpoints import zone_endpoint
+
+    ep = zone_endpoint("c", _env(tmp_path, ZONESYNC_ZONE_C_URL="mysql://app%40x:p%2Fw@db.c:3310/shop"))
+    assert (ep.name, ep.zone_id, ep.host, ep.port, ep.user, ep.password, ep.database) == (
+        "c", 3, "db.c", 3310, "app@x", "p/w", "shop"
+    )  # fmt: skip
+    with pytest.raises(config.ConfigError, match="ZONESYNC_ZONE_C_URL must look like mysql://"):
+        zone_endpoint("c", _env(tmp_path, ZONESYNC_ZONE_C_URL="postgres://db.c/shop"))
+
+
+def test_the_dev_zone_is_the_local_instance_only_when_selected(tmp_path):
+    from zonesync.runtime.endpoints import zone_endpoint
+
+    env = _env(tmp_path, ZONESYNC_DEV="1", ZONESYNC_BASE_PORT="24000")
+    ep = zone_endpoint("b", env)
+    assert (ep.host, ep.port, ep.user, ep.database, ep.zone_id) == ("127.0.0.1", 24002, "root", "zonesync_app", 2)
+
+
+def test_a_missing_meta_url_is_one_line_naming_the_variable(tmp_path):
+    from zonesync.meta.db import MetaConfig
+
+    with pytest.raises(config.ConfigError, match="^ZONESYNC_META_URL is not set"):
+        MetaConfig.from_env(_env(tmp_path))
+    meta = MetaConfig.from_env(_env(tmp_path, ZONESYNC_DEV="1", ZONESYNC_BASE_PORT="24000"))
+    assert (meta.host, meta.port, meta.database) == ("127.0.0.1", 24000, "zonesync_meta")

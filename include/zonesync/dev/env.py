@@ -145,6 +145,7 @@ def up_workers(cfg: EnvConfig) -> None:
             "ZONESYNC_ZONES": ",".join(z.name for z in cfg.zones),
             "ZONESYNC_BASE_PORT": str(cfg.meta_port),
             "ZONESYNC_KAFKA_PARTITIONS": str(cfg.kafka_partitions),
+            "ZONESYNC_DEV": "1",  # their zones and meta are this environment's (config.dev_selected)
         }
     )
     for name in worker_names(cfg):

@@ -1,8 +1,9 @@
 """Connecting to the meta store and keeping its schema current.
 
 Where the meta store is comes from ZONESYNC_META_URL
-(`mysql://user:password@host:port/database`), or, for the local environment, from
-the dev settings (127.0.0.1:<base port>, database zonesync_meta). The password
+(`mysql://user:password@host:port/database`), or, only with the local environment
+selected (config.dev_selected), from the dev settings (127.0.0.1:<base port>, database
+zonesync_meta). The password
 is read from the URL or ZONESYNC_META_PASSWORD, never written anywhere.
 
 Schema migrations are the numbered files in include/sql/meta/. Each is made of
@@ -51,6 +52,7 @@ class MetaConfig:
         env = dict(os.environ if env is None else env)
         url = env.get("ZONESYNC_META_URL")
         if not url:
+            config.require_dev("ZONESYNC_META_URL", "the meta store", env)
             cfg = config.load(env)
             return cls("127.0.0.1", cfg.meta_port, "root", env.get("ZONESYNC_META_PASSWORD", ""), "zonesync_meta")
         parsed = urllib.parse.urlparse(url)

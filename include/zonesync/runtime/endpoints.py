@@ -7,10 +7,13 @@ A password never shows in a repr or a log line (field repr=False); `url()` leave
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from dataclasses import dataclass, field
 
 import pymysql
+
+from zonesync import config
 
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 30  # a half-open connection after a failover must not hang a caller forever
@@ -87,6 +90,23 @@ class Endpoint:
             database=parsed.path.lstrip("/") or "zonesync_app",
             zone_id=zone_id,
         )
+
+
+def zone_endpoint(name: str, env: dict | None = None) -> Endpoint:
+    """Zone `name`'s database: ZONESYNC_ZONE_<NAME>_URL, else, only with the dev environment
+    selected (config.dev_selected), its local instance; its id is its place in ZONESYNC_ZONES.
+    A bad or missing setting is a ConfigError naming the variable."""
+    env = os.environ if env is None else env
+    zone = config.load(env).zone(name)
+    variable = f"ZONESYNC_ZONE_{name.upper()}_URL"
+    url = env.get(variable)
+    if not url:
+        config.require_dev(variable, f"zone {name}'s database", env)
+        return Endpoint(name, "127.0.0.1", zone.port, "root", "", "zonesync_app", zone_id=zone.id)
+    try:
+        return Endpoint.from_url(name, url, zone.id, setting=variable)
+    except EndpointError as exc:
+        raise config.ConfigError(str(exc)) from None
 
 
 def primary_key(conn, table: str, schema: str | None = None) -> list[str]:

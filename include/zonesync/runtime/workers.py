@@ -1,7 +1,8 @@
-"""Long-running workers: where a zone is, and how a replicator or applier is built.
+"""Long-running workers: how a replicator or applier is built from the process settings.
 
-A zone's database is ZONESYNC_ZONE_<NAME>_URL (`mysql://user:password@host:port/db`)
-when set (production), else the local environment's instance for that zone.
+A zone's database is ZONESYNC_ZONE_<NAME>_URL (`mysql://user:password@host:port/db`);
+the local environment's instance only when that environment is selected
+(runtime.endpoints.zone_endpoint, config.dev_selected).
 """
 
 from __future__ import annotations
@@ -10,43 +11,10 @@ import gc
 import logging
 import os
 import signal
-import urllib.parse
-from dataclasses import dataclass
 
 from zonesync import config, transport
 from zonesync.meta.db import MetaConfig
-
-
-@dataclass(frozen=True)
-class ZoneEndpoint:
-    name: str
-    zone_id: int
-    host: str
-    port: int
-    user: str
-    password: str
-    database: str
-
-
-def zone_endpoint(name: str, env: dict | None = None) -> ZoneEndpoint:
-    env = dict(os.environ if env is None else env)
-    cfg = config.load(env)
-    zone = cfg.zone(name)
-    url = env.get(f"ZONESYNC_ZONE_{name.upper()}_URL")
-    if not url:
-        return ZoneEndpoint(name, zone.id, "127.0.0.1", zone.port, "root", "", "zonesync_app")
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme not in ("mysql", "mariadb") or not parsed.hostname:
-        raise config.ConfigError(f"ZONESYNC_ZONE_{name.upper()}_URL must look like mysql://user:pw@host:port/db")
-    return ZoneEndpoint(
-        name,
-        zone.id,
-        parsed.hostname,
-        parsed.port or 3306,
-        urllib.parse.unquote(parsed.username or "root"),
-        urllib.parse.unquote(parsed.password or ""),
-        parsed.path.lstrip("/") or "zonesync_app",
-    )
+from zonesync.runtime.endpoints import zone_endpoint
 
 
 def build_replicator(zone: str, server_id: int | None = None, env: dict | None = None):
@@ -58,7 +26,7 @@ def build_replicator(zone: str, server_id: int | None = None, env: dict | None =
     return Replicator(
         zone=zone,
         zone_id=ep.zone_id,
-        source=SourceDB(ep.host, ep.port, ep.user, ep.password, [ep.database]),
+        source=SourceDB.of(ep),
         meta=MetaConfig.from_env(env),
         server_id=server_id or 4000 + ep.zone_id,
         partitions=transport.partitions(env),
