@@ -6,9 +6,7 @@ zone b ends with exactly zone a's rows and versions."""
 
 from __future__ import annotations
 
-import itertools
 import os
-import random
 import signal
 import threading
 import time
@@ -16,40 +14,13 @@ import time
 import pytest
 
 from tests.support import applier_process
-from tests.support.background import Background, wait_until
-from tests.support.replication import checksum, settled_reconciliation
+from tests.support.background import wait_until
+from tests.support.loads import TenantLoad
+from tests.support.replication import row_locks, settled_reconciliation, wait_same
 
 pytestmark = pytest.mark.integration
 
 SOURCES = ("a", "c")
-
-
-class Load(Background):
-    """Inserts, updates and deletes of zone a's tenants 1..300 with ever higher versions,
-    in a thread, until stopped."""
-
-    def __init__(self, conn):
-        super().__init__()
-        self.conn = conn
-        self.versions = itertools.count(1)
-        self.writes = 0
-
-    def _run(self) -> None:
-        rnd = random.Random(11)
-        with self.conn.cursor() as cur:
-            while not self._stop.is_set():
-                tenant, version = rnd.randint(1, 300), next(self.versions)
-                if rnd.random() < 0.15:
-                    cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id = %s", (tenant,))
-                else:
-                    cur.execute(
-                        "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) "
-                        "VALUES (%s, %s, 1, %s) ON DUPLICATE KEY UPDATE name = VALUES(name), "
-                        "_zs_version = VALUES(_zs_version)",
-                        (tenant, f"v{version}", version),
-                    )
-                self.writes += 1
-                time.sleep(0.002)
 
 
 def _owned(applier) -> set:
@@ -57,10 +28,8 @@ def _owned(applier) -> set:
 
 
 def _converged(zones, timeout: float = 40) -> None:
-    wait_until(lambda: checksum(zones["b"]) == checksum(zones["a"]), timeout, "zone b equals zone a")
-    with zones["b"].connect().cursor() as cur:
-        cur.execute("SELECT COUNT(*) FROM zonesync.row_locks")
-        assert cur.fetchone()[0] == 0, "a move between workers locked a row"
+    wait_same(zones, "b", timeout=timeout)
+    assert row_locks(zones["b"]) == 0, "a move between workers locked a row"
 
 
 def test_appliers_share_partitions_and_hand_them_over_under_load(zone_a_alone, zones):
@@ -73,7 +42,7 @@ def test_appliers_share_partitions_and_hand_them_over_under_load(zone_a_alone, z
     cluster._run("applier-b", first)
     wait_until(lambda: _owned(first) == every, 20, "a lone group applier holds every partition")
     second = cluster.make_applier("b", group=True)
-    with Load(conn) as load:
+    with TenantLoad(conn, seed=11) as load:
         time.sleep(1)
         # S003-37: a second worker joins while the first has rounds in flight
         runner = threading.Thread(target=second.run, kwargs={"max_seconds": 60}, daemon=True)
@@ -116,7 +85,7 @@ def test_a_killed_workers_partitions_move_to_a_live_one(zone_a_alone, zones):
     conn, cluster = zone_a_alone
     every, child, survivor = _a_child_and_a_thread(cluster)
     try:
-        with Load(conn):
+        with TenantLoad(conn, seed=11):
             time.sleep(2)
             os.kill(child.pid, signal.SIGKILL)
             child.wait(10)
@@ -137,7 +106,7 @@ def test_a_worker_hung_past_its_session_never_commits_over_the_new_owner(zone_a_
     conn, cluster = zone_a_alone
     every, child, survivor = _a_child_and_a_thread(cluster)
     try:
-        with Load(conn):
+        with TenantLoad(conn, seed=11):
             time.sleep(2)
             os.kill(child.pid, signal.SIGSTOP)
             wait_until(lambda: _owned(survivor) == every, 30, "the frozen worker's partitions moved")
@@ -166,7 +135,7 @@ def test_a_worker_restarted_within_the_session_takes_partitions_back_and_applies
     every, child, survivor = _a_child_and_a_thread(cluster)
     restarted = None
     try:
-        with Load(conn):
+        with TenantLoad(conn, seed=11):
             time.sleep(2)
             child.terminate()
             child.wait(20)
@@ -196,7 +165,7 @@ def test_a_worker_silent_for_less_than_its_session_keeps_its_partitions(zone_a_a
     mine = set(_owned(survivor))
     moved = []
     try:
-        with Load(conn):
+        with TenantLoad(conn, seed=11):
             time.sleep(2)
             os.kill(child.pid, signal.SIGSTOP)
             deadline = time.monotonic() + 3.0  # half the session timeout

@@ -13,7 +13,6 @@ a's replicator published: no batch was lost, and none was counted (applied) twic
 
 from __future__ import annotations
 
-import itertools
 import random
 import time
 
@@ -21,8 +20,17 @@ import pytest
 
 from tests.support import apply_faults
 from tests.support.apply_faults import RowLock, committed_events, positions
-from tests.support.background import Background, wait_until
-from tests.support.replication import Cluster, alerts, checksum, reset_state, settled_reconciliation
+from tests.support.background import wait_until
+from tests.support.loads import TenantLoad
+from tests.support.replication import (
+    Cluster,
+    alerts,
+    checksum,
+    reset_state,
+    row_locks,
+    settled_reconciliation,
+    wait_same,
+)
 from tests.support.replicator_process import kill
 from zonesync.apply.tools.reconcile import OK
 from zonesync.events import partition_of
@@ -35,37 +43,11 @@ KEPT = 10
 GROUP = "zonesync-apply-b"  # the consumer group the applier of b names (never commits to)
 
 
-class Load(Background):
+def _load(conn) -> TenantLoad:
     """Zone a's transactions of 1 to 4 rows of tenants 1..TENANTS each (inserts, updates,
     deletes; tenants up to KEPT are never deleted), ever higher versions, one writer thread
     (so a row's versions only grow)."""
-
-    name = "load-a"
-
-    def __init__(self, conn):
-        super().__init__()
-        self.conn = conn
-        self.versions = itertools.count(1)
-        self.transactions = 0
-
-    def _run(self) -> None:
-        rnd = random.Random(7)
-        with self.conn.cursor() as cur:
-            while not self._stop.is_set():
-                for _ in range(rnd.randint(1, 4)):
-                    tenant, version = rnd.randint(1, TENANTS), next(self.versions)
-                    if tenant > KEPT and rnd.random() < 0.12:
-                        cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id = %s", (tenant,))
-                    else:
-                        cur.execute(
-                            "INSERT INTO zonesync_app.tenants (tenant_id, name, _zs_origin, _zs_version) "
-                            "VALUES (%s, %s, 1, %s) ON DUPLICATE KEY UPDATE name = VALUES(name), "
-                            "_zs_version = VALUES(_zs_version)",
-                            (tenant, f"v{version}", version),
-                        )
-                self.conn.commit()
-                self.transactions += 1
-                time.sleep(0.004)
+    return TenantLoad(conn, seed=7, tenants=TENANTS, max_rows=4, deletes=0.12, kept=KEPT, pause=0.004, commit=True)
 
 
 @pytest.fixture
@@ -164,7 +146,7 @@ def test_applier_killed_mid_batch_and_after_commits_resumes_from_apply_state(cra
     kills = 0
     try:
         child = spawn(group)
-        with Load(a) as load:
+        with _load(a) as load:
             _progress(zones, 0)
             _kill_mid_batch(zones, child)
             kills += 1
@@ -184,7 +166,7 @@ def test_applier_killed_mid_batch_and_after_commits_resumes_from_apply_state(cra
         assert load.transactions > 300 and kills == (2 if group else 3)
 
         # nothing lost: b holds a's rows and versions
-        wait_until(lambda: checksum(zones["b"]) == checksum(zones["a"]), 40, "zone b equals zone a")
+        wait_same(zones, "b")
         # nothing applied twice: per partition, b committed as many events as a published
         rows = settled_reconciliation(meta, zones, "b", sources=["a"], timeout=20)
         assert rows and all(r.status == OK for r in rows), [r for r in rows if r.status != OK]
@@ -194,8 +176,6 @@ def test_applier_killed_mid_batch_and_after_commits_resumes_from_apply_state(cra
         assert meta.run("SELECT COUNT(*) FROM resend_requests WHERE target_zone = 'b'")[0][0][0] == 0
         assert apply_faults.group_offsets(cluster.bootstrap(), GROUP, cluster.topic("a"), PARTITIONS) == bogus
         assert not alerts(meta, "b", "partition_halted")
-        with zones["b"].connect().cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM zonesync.row_locks")
-            assert cur.fetchone()[0] == 0
+        assert row_locks(zones["b"]) == 0
     finally:
         a.close()

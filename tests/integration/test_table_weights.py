@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tests.support.background import wait_until
 from tests.support.replication import Cluster, reset_state
 
 pytestmark = pytest.mark.integration
@@ -53,15 +54,6 @@ def _child(zone):
         return cur.fetchone()
 
 
-def _wait(pred, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.parametrize("weights", [{"wt_parent": 1, "wt_child": 2}, {}], ids=["weighted", "unweighted"])
 def test_parent_lands_before_child_by_weight(fk_tables, zones, meta, broker, test_cfg, weights):
     reset_state(zones, meta)
@@ -77,7 +69,7 @@ def test_parent_lands_before_child_by_weight(fk_tables, zones, meta, broker, tes
             f"INSERT INTO wt_parent (id, _zs_version) VALUES (1, {v})",
             f"INSERT INTO wt_child (id, parent_id, _zs_version) VALUES (10, 1, {v})",
         )
-        assert _wait(lambda: _child(zones["b"]) == (1, None), 20)
+        wait_until(lambda: _child(zones["b"]) == (1, None), 20, "b has the parent and its child")
         cluster.stop("applier-b")
         published = cluster.replicators["a"].published
         # one round for the applier: the child is seen first, then a new parent it moves to
@@ -89,10 +81,10 @@ def test_parent_lands_before_child_by_weight(fk_tables, zones, meta, broker, tes
             f"UPDATE wt_child SET parent_id = 2, _zs_version = {v + 3} WHERE id = 10",
         )
         # all three published (and acked) before the applier is back, so its first fetch has them all
-        assert _wait(lambda: cluster.replicators["a"].published >= published + 3, 20)
+        wait_until(lambda: cluster.replicators["a"].published >= published + 3, 20, "the three changes are published")
         time.sleep(0.5)
         cluster.start(which=("applier",), zones=("b",), workers=1, table_weights=weights)
-        landed = _wait(lambda: _child(zones["b"]) == (2, "seen first"), 8)
+        landed = wait_until(lambda: _child(zones["b"]) == (2, "seen first"), 8, "the round lands", must=False)
         if weights:
             assert landed, f"weighted round did not land: {_child(zones['b'])}"
         else:

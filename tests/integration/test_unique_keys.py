@@ -11,11 +11,10 @@ it in the target) halts its partition with an alert (writer.py, "Unique keys")."
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from tests.support.background import wait_until
 from tests.support.binlog import open_stream, position
 from tests.support.events import change_event
 from tests.support.replication import Cluster, alerts, reset_state
@@ -280,7 +279,4 @@ def _stop_uniq_cluster(cluster, zones, meta, a, b) -> None:
 
 
 def _wait(check, what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out: {what}"
-        time.sleep(0.1)
+    wait_until(check, timeout, what, step=0.1)

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 
+from tests.support.background import wait_until
 from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.apply.loop.applier import Applier
 from zonesync.apply.loop.settings import ApplierSettings
@@ -147,6 +148,22 @@ def wait_converged(zones, tables=APP_TABLES, timeout: float = 30.0) -> dict:
             detail = {t: {z: len(rows) for z, rows in v.items()} for t, v in sums.items()}
             raise AssertionError(f"zones did not converge within {timeout} s: row counts {detail}")
         time.sleep(0.1)
+
+
+def wait_same(zones, target: str, source: str = "a", timeout: float = 40.0, table: str = "tenants") -> None:
+    """Wait until zone `target`'s table holds exactly `source`'s rows (every column)."""
+    wait_until(
+        lambda: checksum(zones[target], table) == checksum(zones[source], table),
+        timeout,
+        f"zone {target} equals zone {source}",
+    )
+
+
+def row_locks(inst) -> int:
+    """How many rows the zone's applier holds locked (zonesync.row_locks)."""
+    with inst.connect().cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM zonesync.row_locks")
+        return int(cur.fetchone()[0])
 
 
 def replicator_alone(cluster, zone: str, seconds: float = 7):
