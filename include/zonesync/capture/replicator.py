@@ -75,7 +75,8 @@ from zonesync.capture.faults import (
 )
 from zonesync.capture.lag import CaptureLag
 from zonesync.capture.lease import DEFAULT_TTL, LeaseLost, ReplicatorLease
-from zonesync.capture.publish import Txn, close_txn, queue_txn_events
+from zonesync.capture.pass_state import PassState
+from zonesync.capture.publish import Txn, close_txn
 from zonesync.capture.rows import RowDecoder
 from zonesync.capture.source import SourceDB, SourceSettings
 from zonesync.capture.start import NoCheckpoint, start_checkpoint
@@ -83,7 +84,6 @@ from zonesync.events import (
     DELETE,
     INSERT,
     UPDATE,
-    ChangeEvent,
     file_number,
 )
 from zonesync.meta import resends, topics
@@ -95,6 +95,12 @@ SKIP_REPLICATION_FLAG = 0x8000
 # Statements that appear inside a transaction's GTID group without ending it.
 IN_TRANSACTION = ("BEGIN", "SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA ")
 BOOKKEEPING = ("_zs_origin", "_zs_version")
+
+
+# What a handler returns besides None (go on to the periodic work): _NEXT, read the next
+# event (a rows event filtered out); _ENDED, the pass ended (it drained what it had).
+_NEXT = object()
+_ENDED = object()
 
 
 class ReplicatorError(RuntimeError):
@@ -252,7 +258,21 @@ class Replicator:
         log.warning("replicator %s: %s: retrying in %.0f s", self.zone, exc, RETRY_SECONDS)
         return True
 
+    # -- one pass: open, read (one handler per event kind, then tick), end --------
     def _pass(self, deadline: float | None) -> None:
+        s, stream = self._open_pass()
+        try:
+            if not self._read(s, stream, deadline):
+                self._end_pass(s)
+        finally:
+            stream.close()
+            s.delivery.producer.flush(10)
+            self._published_before += s.delivery.published
+            self._delivery = None
+
+    def _open_pass(self) -> tuple[PassState, object]:
+        """Steps 1, 2 and 6: the position to read from (a resend rewinds it), the producer,
+        the topic's partition count checked, the stream opened."""
         if not self._settings_checked:
             self._check_settings()
         cp = self._start_checkpoint()
@@ -261,210 +281,199 @@ class Replicator:
             raise ServerIdClash(self.server_id, other)
         chain_partitions = sorted(cp.partition_lsns)
         plan = resend_plan.plan(self.meta, self.zone, self.store, self.source.binlog_files, cp)
-        cp, resend_ids, retry_partitions, retry_until = plan.start, plan.request_ids, plan.partitions, plan.until
-        if resend_ids:
+        cp = plan.start
+        if plan.request_ids:
             log.info("replicator %s: resending partitions %s from %s:%s",
-                     self.zone, sorted(retry_partitions), cp.log_file, cp.log_pos)  # fmt: skip
-        partition_lsns = dict(cp.partition_lsns)
-        # (None: the chain began before counting; its events are not counted, see 0007)
-        partition_counts = None if cp.partition_counts is None else dict(cp.partition_counts)
-        hwm = max(cp.published_hwm, retry_until)
-        if not resend_ids:
+                     self.zone, sorted(plan.partitions), cp.log_file, cp.log_pos)  # fmt: skip
+        hwm = max(cp.published_hwm, plan.until)
+        if not plan.request_ids:
             # After a restart the events past the checkpoint are read again; those the topic
             # already holds go out marked is_retry (informational: appliers go by LSN). Not in
             # a resend pass: there, events of other partitions up to hwm are not produced at all.
             hwm = max(hwm, last_published_lsn(self.bootstrap(), self.topic, self.partitions))
-        pending: dict[int, list[ChangeEvent]] = {}  # events read, not yet produced, per partition
-        pending_since = 0.0
         bootstrap_used = self.bootstrap()
         delivery = self._delivery = Delivery(bootstrap_used, self.topic, self.partitions)
-        producer = delivery.producer
-
-        def full(partition: int, queue: list) -> None:  # a queue reached its size during a transaction
-            delivery.produce(partition, queue[:-1])
-            pending[partition] = queue[-1:]  # it may end its transaction here: close_txn marks it
-
-        def queue(txn: Txn, log_file: str, commit_ts: int, first_index: int = 0) -> None:
-            """Step 4 for a committed transaction (or a streamed one's rows event)."""
-            nonlocal hwm, pending_since
-            if not pending:
-                pending_since = time.monotonic()
-            hwm = queue_txn_events(
-                txn,
-                log_file,
-                commit_ts,
-                (self.zone, self.zone_id, self.partitions),
-                partition_lsns,
-                hwm,
-                retry_partitions,
-                pending,
-                full,
-                first_index=first_index,
-                partition_counts=partition_counts,
-            )
-
+        s = PassState(
+            zone=self.zone,
+            source=(self.zone, self.zone_id, self.partitions),
+            delivery=delivery,
+            bootstrap_used=bootstrap_used,
+            partition_lsns=dict(cp.partition_lsns),
+            partition_counts=None if cp.partition_counts is None else dict(cp.partition_counts),
+            hwm=hwm,
+            resend_ids=plan.request_ids,
+            retry_partitions=plan.partitions,
+            retry_until=plan.until,
+        )
         try:
             # the topic's partition count, as the broker has it, then as meta recorded it
-            topics.check_broker(producer, [self.topic], self.partitions)
+            topics.check_broker(delivery.producer, [self.topic], self.partitions)
             topics.claim(self.meta, self.zone, self.partitions, chain_partitions)
             stream = open_reader(self.rows, self.source, self.server_id, self.lease.holder, cp.log_file, cp.log_pos)
         except Exception:
-            producer.flush(5)
+            delivery.producer.flush(5)
             raise
-        boundary: tuple[str, int] | None = None  # position after the last commit read
-        boundary_dirty = False
-        try:
-            txn: Txn | None = None
-            last_cp_time = time.monotonic()
-            last_request_poll = time.monotonic()
-            for ev in stream:
-                if self.stopping or (deadline and time.monotonic() > deadline):
-                    break
-                log_file = stream.log_file
-                if isinstance(ev, MariadbGtidEvent | GtidEvent):
-                    gtid = str(getattr(ev, "gtid", None) or f"{log_file}:{ev.packet.log_pos}")
-                    txn = Txn(gtid, bool(ev.packet.flags & SKIP_REPLICATION_FLAG))
-                    if gtid in self._large_txns:
-                        txn.total, txn.commit_ts = self._large_txns[gtid]
-                elif isinstance(ev, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-                    if txn is None:
-                        txn = Txn(f"{log_file}:{ev.packet.log_pos}", False)
-                    if ev.packet.flags & SKIP_REPLICATION_FLAG or txn.skip:
-                        continue
-                    if ev.schema not in self.source.schemas:
-                        continue
-                    end_pos = ev.packet.log_pos
-                    op = (
-                        INSERT
-                        if isinstance(ev, WriteRowsEvent)
-                        else UPDATE
-                        if isinstance(ev, UpdateRowsEvent)
-                        else DELETE
-                    )
-                    images = self.rows.images(ev)
-                    pk_cols = self.source.primary_key(ev.schema, ev.table)
-                    rows_event = (ev.table, pk_cols, op, images, end_pos, getattr(ev, "plain", False))
-                    if txn.total is not None:  # a large transaction's second read: queued now
-                        queue(Txn(txn.txn_id, False, [rows_event], txn.total), log_file, txn.commit_ts, txn.rows)
-                    elif not txn.counting:
-                        txn.events.append(rows_event)
-                        if txn.rows + len(images) > self.large_txn_rows:
-                            txn.counting = True  # too large to hold: count it, read it again
-                            txn.events.clear()
-                        else:
-                            self.peak_buffered_rows = max(self.peak_buffered_rows, txn.rows + len(images))
-                    txn.rows += len(images)
-                elif isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() == "COMMIT"):
-                    if txn is not None and txn.counting:
-                        # Counted, not queued: read it again with its size known. Nothing of it
-                        # was published, and the boundary stays at the commit before it.
-                        self._large_txns[txn.txn_id] = (txn.rows, int(ev.timestamp))
-                        log.info("replicator %s: transaction %s has %d rows: reading it again, streamed",
-                                 self.zone, txn.txn_id, txn.rows)  # fmt: skip
-                        if boundary_dirty:
-                            delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm, partition_counts))
-                        self._drain(pending)
-                        return
-                    if txn is not None and txn.total is not None:
-                        if txn.rows != txn.total:
-                            raise ReplicatorError(
-                                f"transaction {txn.txn_id} read again has {txn.rows} rows, not {txn.total}"
-                            )
-                        self._large_txns.pop(txn.txn_id, None)
-                        close_txn(pending)
-                    elif txn is not None and txn.events and not txn.skip:
-                        queue(txn, log_file, int(ev.timestamp))
-                        close_txn(pending)
-                    txn = None
-                    boundary = (log_file, ev.packet.log_pos)
-                    boundary_dirty = True
-                    self.read_at = (log_file, ev.packet.log_pos, ev.timestamp)  # (capture lag: lag.py)
-                elif (
-                    isinstance(ev, QueryEvent)
-                    and txn is not None
-                    and not txn.rows
-                    and not ev.query.strip().upper().startswith(IN_TRANSACTION)
-                ):
-                    # A DDL is its own GTID group and ends with no Xid: nothing to publish
-                    # (DDL is not replicated), but the position after it is a boundary.
-                    txn = None
-                    boundary = (log_file, ev.packet.log_pos)
-                    boundary_dirty = True
-                if delivery.errors:
-                    delivery.check()
-                now = time.monotonic()
-                if now - self._renewed >= self.lease.ttl / 3 and self.meta_outage.call(self.lease.renew, default=False):
-                    self._renewed = now  # (LeaseLost goes through: another process took the zone over)
-                if pending and (now - pending_since >= self.max_linger or (txn is None and not stream.data_ready())):
-                    # Queued events go out when the binlog has nothing more ready, checked
-                    # between transactions (after a published one, a skipped applier's one,
-                    # a DDL, a heartbeat), or once they waited max_linger whatever is read:
-                    # a transaction still being read is queued only at its commit, so
-                    # sending what is queued before it keeps each partition's order. (A large
-                    # transaction streamed is queued as it is read: each partition's last event
-                    # stays queued, as it may end the transaction there: close_txn.)
-                    delivery.flush(pending, keep_last=txn is not None and txn.total is not None)
-                idle = isinstance(ev, HeartbeatLogEvent)
-                if idle and self.bootstrap() != bootstrap_used:
-                    raise ReplicatorError("the broker moved (new bootstrap): reconnecting")
-                if (
-                    idle
-                    and txn is None
-                    and stream.log_pos
-                    and (
-                        boundary is None
-                        or (file_number(stream.log_file), stream.log_pos) > (file_number(boundary[0]), boundary[1])
-                    )
-                ):
-                    # Idle at the end of the binlog: everything before the server's position
-                    # was read, even events that end no transaction (DDL, a binlog checkpoint).
-                    # Moving the checkpoint there lets wait_applied(P) succeed on a quiet zone.
-                    boundary = (stream.log_file, stream.log_pos)
-                    boundary_dirty = True
-                if idle and txn is None and stream.log_pos:
-                    self.read_at = (stream.log_file, stream.log_pos, None)  # at the binlog end
-                if boundary_dirty and (idle or now - last_cp_time >= self.checkpoint_interval):
-                    # take a checkpoint at the last commit; it is saved once the broker acked it
-                    streaming = txn is not None and txn.total is not None
-                    noted = self._checkpoint(boundary, partition_lsns, hwm, partition_counts)
-                    delivery.note(pending, noted, keep_last=streaming)
-                    boundary_dirty = False
-                    last_cp_time = now
-                if delivery.in_flight and txn is None:  # (between transactions: not per event)
-                    producer.poll(0)
-                    self._save_acked()
-                if resend_ids and hwm >= retry_until and not boundary_dirty:
-                    # everything up to the old high-water mark was re-published: once the
-                    # broker acked it, the resend is served
-                    delivery.flush(pending)
-                    if producer.flush(5) == 0 and not delivery.errors:
-                        self._save_acked()
-                        done = f"resent up to LSN {hwm}"
-                        if self.meta_outage.call(resends.finish, self.meta, resend_ids, "done", done, default=False):
-                            resend_ids = []
-                            retry_partitions = None
-                if now - self._last_prune >= 60 and txn is None:
-                    self._last_prune = now
-                    self.meta_outage.call(self.store.prune)  # thin the history (older ones: one per minute)
-                if now - last_request_poll >= self.resend_poll and txn is None:
-                    last_request_poll = now
-                    if self.meta_outage.call(resends.pending, self.meta, self.zone, default=[]):
-                        self._drain(pending)
-                        return  # start a new pass that rewinds for the request
-            if boundary_dirty:
-                delivery.note(pending, self._checkpoint(boundary, partition_lsns, hwm, partition_counts))
-            self._drain(pending)
-        finally:
-            stream.close()
-            producer.flush(10)
-            self._published_before += delivery.published
-            self._delivery = None
+        return s, stream
 
-    def _checkpoint(self, boundary, partition_lsns, hwm, partition_counts) -> Checkpoint:
-        """A checkpoint at `boundary` (the position after the last commit read)."""
-        lsn = max(partition_lsns.values(), default=0)
-        counts = None if partition_counts is None else dict(partition_counts)
-        return Checkpoint(self.zone, lsn, boundary[0], boundary[1], dict(partition_lsns), hwm, counts)
+    def _read(self, s: PassState, stream, deadline: float | None) -> bool:
+        """vplayer's applyEvents: each event to the handler of its kind, then the periodic
+        work; True when a handler or the tick ended the pass (it drained what it had)."""
+        s.last_cp_time = s.last_request_poll = time.monotonic()
+        for ev in stream:
+            if self.stopping or (deadline and time.monotonic() > deadline):
+                break
+            kind = type(ev)
+            handler = _HANDLERS.get(kind) or _handler_of(kind)
+            done = handler(self, s, ev, stream.log_file)
+            if done is _NEXT:
+                continue
+            if done is _ENDED or self._tick(s, stream, isinstance(ev, HeartbeatLogEvent)):
+                return True
+        return False
+
+    def _end_pass(self, s: PassState) -> None:
+        """The pass ends at the last commit read: its checkpoint noted, everything drained."""
+        if s.boundary_dirty:
+            s.delivery.note(s.pending, s.checkpoint())
+        self._drain(s.pending)
+
+    # -- vplayer's applyEvent: one short case per event kind ------------------------
+    def _on_gtid(self, s: PassState, ev, log_file: str):
+        """A transaction begins: buffered from here to its commit (step 2), skipped whole
+        when an applier wrote it (step 3)."""
+        gtid = str(getattr(ev, "gtid", None) or f"{log_file}:{ev.packet.log_pos}")
+        txn = s.txn = Txn(gtid, bool(ev.packet.flags & SKIP_REPLICATION_FLAG))
+        if gtid in self._large_txns:
+            txn.total, txn.commit_ts = self._large_txns[gtid]
+
+    def _on_rows(self, s: PassState, ev, log_file: str):
+        """A rows event: buffered in its transaction; counted only, once the transaction
+        is too large to hold; queued at once when a large one is read again (step 2)."""
+        txn = s.txn
+        if txn is None:
+            txn = s.txn = Txn(f"{log_file}:{ev.packet.log_pos}", False)
+        if ev.packet.flags & SKIP_REPLICATION_FLAG or txn.skip:
+            return _NEXT
+        if ev.schema not in self.source.schemas:
+            return _NEXT
+        end_pos = ev.packet.log_pos
+        op = INSERT if isinstance(ev, WriteRowsEvent) else UPDATE if isinstance(ev, UpdateRowsEvent) else DELETE
+        images = self.rows.images(ev)
+        pk_cols = self.source.primary_key(ev.schema, ev.table)
+        rows_event = (ev.table, pk_cols, op, images, end_pos, getattr(ev, "plain", False))
+        if txn.total is not None:  # a large transaction's second read: queued now
+            s.queue(Txn(txn.txn_id, False, [rows_event], txn.total), log_file, txn.commit_ts, txn.rows)
+        elif not txn.counting:
+            txn.events.append(rows_event)
+            if txn.rows + len(images) > self.large_txn_rows:
+                txn.counting = True  # too large to hold: count it, read it again
+                txn.events.clear()
+            else:
+                self.peak_buffered_rows = max(self.peak_buffered_rows, txn.rows + len(images))
+        txn.rows += len(images)
+
+    def _on_commit(self, s: PassState, ev, log_file: str):
+        """Xid (or a COMMIT query): step 4 for the transaction read, its end a boundary."""
+        txn = s.txn
+        if txn is not None and txn.counting:
+            # Counted, not queued: read it again with its size known. Nothing of it
+            # was published, and the boundary stays at the commit before it.
+            self._large_txns[txn.txn_id] = (txn.rows, int(ev.timestamp))
+            log.info("replicator %s: transaction %s has %d rows: reading it again, streamed",
+                     self.zone, txn.txn_id, txn.rows)  # fmt: skip
+            self._end_pass(s)
+            return _ENDED
+        if txn is not None and txn.total is not None:
+            if txn.rows != txn.total:
+                raise ReplicatorError(f"transaction {txn.txn_id} read again has {txn.rows} rows, not {txn.total}")
+            self._large_txns.pop(txn.txn_id, None)
+            close_txn(s.pending)
+        elif txn is not None and txn.events and not txn.skip:
+            s.queue(txn, log_file, int(ev.timestamp))
+            close_txn(s.pending)
+        s.commit_read(log_file, ev.packet.log_pos)
+        self.read_at = (log_file, ev.packet.log_pos, ev.timestamp)  # (capture lag: lag.py)
+
+    def _on_query(self, s: PassState, ev, log_file: str):
+        """A COMMIT query ends a transaction as an Xid does; a DDL is a boundary."""
+        query = ev.query.strip().upper()
+        if query == "COMMIT":
+            return self._on_commit(s, ev, log_file)
+        if s.txn is not None and not s.txn.rows and not query.startswith(IN_TRANSACTION):
+            # A DDL is its own GTID group and ends with no Xid: nothing to publish
+            # (DDL is not replicated), but the position after it is a boundary.
+            s.commit_read(log_file, ev.packet.log_pos)
+        return None
+
+    def _on_other(self, s: PassState, ev, log_file: str):
+        """Rotations and heartbeats: nothing to read in them; the tick does their work."""
+
+    # -- the periodic work, after every event handled ------------------------------
+    def _tick(self, s: PassState, stream, idle: bool) -> bool:
+        """Flush, lease renewal, checkpoints, acks, pruning and resend polling; True when
+        the pass ends here (a resend request arrived: a new pass rewinds for it)."""
+        delivery = s.delivery
+        if delivery.errors:
+            delivery.check()
+        now = time.monotonic()
+        if now - self._renewed >= self.lease.ttl / 3 and self.meta_outage.call(self.lease.renew, default=False):
+            self._renewed = now  # (LeaseLost goes through: another process took the zone over)
+        if s.pending and (now - s.pending_since >= self.max_linger or (s.txn is None and not stream.data_ready())):
+            # Queued events go out when the binlog has nothing more ready, checked
+            # between transactions (after a published one, a skipped applier's one,
+            # a DDL, a heartbeat), or once they waited max_linger whatever is read:
+            # a transaction still being read is queued only at its commit, so
+            # sending what is queued before it keeps each partition's order. (A large
+            # transaction streamed is queued as it is read: each partition's last event
+            # stays queued, as it may end the transaction there: close_txn.)
+            delivery.flush(s.pending, keep_last=s.streaming)
+        if idle:
+            self._at_binlog_end(s, stream)
+        if s.boundary_dirty and (idle or now - s.last_cp_time >= self.checkpoint_interval):
+            # take a checkpoint at the last commit; it is saved once the broker acked it
+            delivery.note(s.pending, s.checkpoint(), keep_last=s.streaming)
+            s.boundary_dirty = False
+            s.last_cp_time = now
+        if delivery.in_flight and s.txn is None:  # (between transactions: not per event)
+            delivery.producer.poll(0)
+            self._save_acked()
+        if s.resend_ids and s.hwm >= s.retry_until and not s.boundary_dirty:
+            self._resend_served(s)
+        if now - self._last_prune >= 60 and s.txn is None:
+            self._last_prune = now
+            self.meta_outage.call(self.store.prune)  # thin the history (older ones: one per minute)
+        if now - s.last_request_poll >= self.resend_poll and s.txn is None:
+            s.last_request_poll = now
+            if self.meta_outage.call(resends.pending, self.meta, self.zone, default=[]):
+                self._drain(s.pending)
+                return True  # start a new pass that rewinds for the request
+        return False
+
+    def _at_binlog_end(self, s: PassState, stream) -> None:
+        """A heartbeat: the server has nothing more to send."""
+        if self.bootstrap() != s.bootstrap_used:
+            raise ReplicatorError("the broker moved (new bootstrap): reconnecting")
+        if s.txn is not None or not stream.log_pos:
+            return
+        last = s.boundary
+        if last is None or (file_number(stream.log_file), stream.log_pos) > (file_number(last[0]), last[1]):
+            # Idle at the end of the binlog: everything before the server's position
+            # was read, even events that end no transaction (DDL, a binlog checkpoint).
+            # Moving the checkpoint there lets wait_applied(P) succeed on a quiet zone.
+            s.boundary = (stream.log_file, stream.log_pos)
+            s.boundary_dirty = True
+        self.read_at = (stream.log_file, stream.log_pos, None)  # at the binlog end
+
+    def _resend_served(self, s: PassState) -> None:
+        """Everything up to the old high-water mark was re-published: once the broker
+        acked it, the resend is served."""
+        s.delivery.flush(s.pending)
+        if s.delivery.producer.flush(5) == 0 and not s.delivery.errors:
+            self._save_acked()
+            done = f"resent up to LSN {s.hwm}"
+            if self.meta_outage.call(resends.finish, self.meta, s.resend_ids, "done", done, default=False):
+                s.resend_ids = []
+                s.retry_partitions = None
 
     def _save_acked(self) -> None:
         """Step 5: save the newest checkpoint the broker acked everything up to."""
@@ -482,3 +491,23 @@ class Replicator:
     def published(self) -> int:
         """Events produced by this replicator, over all its passes."""
         return self._published_before + (self._delivery.published if self._delivery else 0)
+
+
+_HANDLERS: dict[type, object] = {}  # event class -> Replicator._on_*, filled as classes are met
+
+
+def _handler_of(kind: type):
+    """The handler of an event class, as isinstance picks it (the lean stream's events
+    are subclasses of the library's, binlog_stream.py)."""
+    if issubclass(kind, MariadbGtidEvent | GtidEvent):
+        handler = Replicator._on_gtid
+    elif issubclass(kind, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
+        handler = Replicator._on_rows
+    elif issubclass(kind, XidEvent):
+        handler = Replicator._on_commit
+    elif issubclass(kind, QueryEvent):
+        handler = Replicator._on_query
+    else:
+        handler = Replicator._on_other
+    _HANDLERS[kind] = handler
+    return handler
