@@ -9,6 +9,7 @@ import random
 import pytest
 
 from tests.support.events import change_event
+from tests.support.kafka import FakeMessage
 from zonesync.apply.loop.lag_report import Backlog, message_time, seconds_behind
 from zonesync.events import encode_message
 
@@ -159,19 +160,11 @@ def test_the_estimate_never_exceeds_the_true_age():
                     assert figure == 0.0
 
 
-class _Message:
-    def __init__(self, value: bytes, timestamp: tuple[int, int]):
-        self._value, self._timestamp = value, timestamp
-
-    def timestamp(self):
-        return self._timestamp
-
-
 def test_a_message_is_timed_by_kafka_else_by_its_first_events_commit():
     first = change_event(lsn=20, op="insert", table="t", pk={"id": 1}, version=1, commit_ts=1_700_000_000)
     value = encode_message([first])
-    assert message_time(_Message(value, (1, 1_700_000_001_250)), first) == 1_700_000_001.25
-    assert message_time(_Message(value, (0, -1)), first) == 1_700_000_000.0, "no timestamp: the commit time"
+    assert message_time(FakeMessage(0, 0, value, (1, 1_700_000_001_250)), first) == 1_700_000_001.25
+    assert message_time(FakeMessage(0, 0, value, (0, -1)), first) == 1_700_000_000.0, "no timestamp: the commit time"
 
 
 class _Consumer:
@@ -183,29 +176,6 @@ class _Consumer:
     def get_watermark_offsets(self, tp, cached=False):
         assert cached, "the lag report never asks the broker"
         return 0, self.high.get(tp.partition, -1001)
-
-
-class _Kafka:
-    def __init__(self, partition: int, offset: int, value: bytes, ts_ms: int):
-        self._partition, self._offset, self._value, self._ts = partition, offset, value, ts_ms
-
-    def error(self):
-        return None
-
-    def topic(self):
-        return "zonesync.a.changes"
-
-    def partition(self):
-        return self._partition
-
-    def offset(self):
-        return self._offset
-
-    def value(self):
-        return self._value
-
-    def timestamp(self):
-        return 1, self._ts
 
 
 def test_the_applier_warns_for_a_backlog_not_for_one_event_after_a_long_idle(monkeypatch):
@@ -236,8 +206,8 @@ def test_the_applier_warns_for_a_backlog_not_for_one_event_after_a_long_idle(mon
         return change_event(lsn=lsn, prev_lsn=prev, op="insert", table="t", pk={"id": lsn}, new=image, version=1,
                             partition=p, commit_ts=int(now - HOUR))  # fmt: skip
 
-    fresh = _Kafka(0, 42, encode_message([event(0, 110, 100)]), int((now - 0.015) * 1000))
-    old = _Kafka(1, 10, encode_message([event(1, 210, 200)]), int((now - 60) * 1000))
+    fresh = FakeMessage(0, 42, encode_message([event(0, 110, 100)]), (1, int((now - 0.015) * 1000)))
+    old = FakeMessage(1, 10, encode_message([event(1, 210, 200)]), (1, int((now - 60) * 1000)))
     chains: dict = {}
     applier._take([fresh, old], chains, None, budget=100)
     consumer = _Consumer({0: 43, 1: 11})

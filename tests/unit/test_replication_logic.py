@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.support.events import change_event
+from tests.support.kafka import FakeMessage
 from zonesync.apply.batch.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, WAIT, decide
 from zonesync.apply.batch.merge import merge
 from zonesync.apply.loop.continuity import complete_prefix, filter_chain
@@ -402,28 +403,6 @@ def test_continuity_skips_duplicates_accepts_successors_and_stops_at_gaps():
     assert filter_chain(10, [(retry, 0)]).gap == (10, 20), "a retry does not skip the continuity check"
 
 
-class _Message:
-    """What the applier reads of a consumed Kafka message."""
-
-    def __init__(self, partition: int, offset: int, value: bytes):
-        self._partition, self._offset, self._value = partition, offset, value
-
-    def error(self):
-        return None
-
-    def topic(self):
-        return "zonesync.a.changes"
-
-    def partition(self):
-        return self._partition
-
-    def offset(self):
-        return self._offset
-
-    def value(self):
-        return self._value
-
-
 def test_a_round_takes_whole_messages_up_to_its_budget_and_leaves_the_rest():
     from zonesync.apply.loop.applier import Applier
     from zonesync.apply.loop.continuity import PartitionState
@@ -432,7 +411,7 @@ def test_a_round_takes_whole_messages_up_to_its_budget_and_leaves_the_rest():
     applier.state = {("a", 0): PartitionState(applied_lsn=0), ("a", 1): PartitionState(applied_lsn=0)}
     lsn = iter(range(1, 10**6))
     msgs = [
-        _Message(n % 2, n, encode_message([ev(next(lsn), 0, "insert", new=row(1)) for _ in range(500)]))
+        FakeMessage(n % 2, n, encode_message([ev(next(lsn), 0, "insert", new=row(1)) for _ in range(500)]))
         for n in range(5)
     ]
     chains: dict = {}
