@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import guard_process
+from tests.support.background import wait_until
 from tests.support.switching import wait_replication_reported
 from zonesync.meta.store import MetaStore
 from zonesync.rules.extract import RuleIndex
@@ -98,13 +99,12 @@ def _last_switch(meta) -> int:
 
 def _wait_for_step(meta, step: str, last_switch: int, poll: float, timeout: float = 60) -> bool:
     """Until this run's `step` has a record; earlier tests' runs have one too, hence `last_switch`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def recorded() -> bool:
         rows, _ = meta.run("SELECT COUNT(*) FROM switch_steps WHERE step = %s AND switch_id > %s", (step, last_switch))
-        if rows[0][0]:
-            return True
-        time.sleep(poll)
-    return False
+        return bool(rows[0][0])
+
+    return wait_until(recorded, timeout, f"{step} recorded", must=False, step=poll)
 
 
 def _freeze_when_blocking(meta, proc, last_switch: int) -> None:
