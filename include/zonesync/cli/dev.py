@@ -1,13 +1,7 @@
-"""The `zonesync` command.
-
-Every failure the user can fix is one line on stderr naming what is wrong and
-what to do, with exit code 2; tracebacks are for bugs only.
-"""
+"""`zonesync demo | dev up | down | status | broker | topic`: the local environment."""
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from zonesync import config
@@ -84,10 +78,7 @@ def cmd_demo(args) -> int:
     return demo.run(_cfg())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zonesync", description="Multi-zone MySQL replication and migration.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def register(sub) -> None:
     sub.add_parser("demo", help="bring everything up, run the main job, print where to look").set_defaults(
         func=cmd_demo
     )
@@ -111,54 +102,3 @@ def build_parser() -> argparse.ArgumentParser:
     topic.add_argument("topic")
     topic.add_argument("--partitions", type=int, default=32)
     topic.set_defaults(func=cmd_dev_topic)
-
-    from zonesync import cli_locks, cli_meta, cli_replication, cli_switch
-
-    cli_meta.register(sub)
-    cli_replication.register(sub)
-    cli_locks.register(sub)
-    cli_switch.register(sub)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except config.ConfigError as exc:
-        print(f"zonesync: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:  # RuleSetError, RuleCheckError, UserFileError: already one line naming the field
-        from zonesync.rules import RuleCheckError, RuleSetError
-        from zonesync.user_files import UserFileError
-
-        if isinstance(exc, (RuleSetError, RuleCheckError, UserFileError)):
-            print(f"zonesync: {exc}", file=sys.stderr)
-            return 2
-        raise
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # noqa: BLE001 - user-fixable errors are printed as one line
-        from zonesync.airflow_api import AirflowApiError
-        from zonesync.dev import broker, env, mariadb, procs
-        from zonesync.meta.db import MetaError
-        from zonesync.transport import TransportError
-
-        known = (
-            env.EnvError,
-            mariadb.MariaDBError,
-            procs.PortInUse,
-            broker.BrokerError,
-            AirflowApiError,
-            MetaError,
-            TransportError,
-        )
-        if isinstance(exc, known):
-            print(f"zonesync: {exc}", file=sys.stderr)
-            return 2
-        raise
-
-
-if __name__ == "__main__":
-    sys.exit(main())

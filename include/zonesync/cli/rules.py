@@ -1,32 +1,12 @@
-"""`zonesync meta | rules | guards`: the meta store from the command line."""
+"""`zonesync rules check | apply | show | diff`: zone-sharding rules in the meta store."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import yaml
 
-
-def _meta():
-    from zonesync.meta.db import MetaConfig
-
-    return MetaConfig.from_env()
-
-
-def cmd_meta_migrate(args) -> int:
-    from zonesync import config
-    from zonesync.meta import db
-    from zonesync.meta.store import MetaStore
-
-    meta = _meta()
-    applied = db.migrate(meta)
-    print(f"meta store {meta.describe()}: " + (f"applied migrations {applied}" if applied else "schema is current"))
-    if args.zones:
-        names = config.parse_zone_names(args.zones, "--zones")
-        MetaStore(meta).ensure_zones(list(enumerate(names, start=1)))
-        print(f"zones: {', '.join(f'{i}={n}' for i, n in enumerate(names, start=1))}")
-    return 0
+from zonesync.cli import common
 
 
 def cmd_rules_check(args) -> int:
@@ -38,10 +18,9 @@ def cmd_rules_check(args) -> int:
     known = None
     if not args.offline:
         try:
-            known = set(MetaStore(_meta()).zones())
+            known = set(MetaStore(common.meta()).zones())
         except MetaError as exc:
-            print(f"zonesync: {exc} (use --offline to check without the meta store's zone list)", file=sys.stderr)
-            return 2
+            return common.fail(f"{exc} (use --offline to check without the meta store's zone list)")
     check(rules, known, require_writable=not args.allow_blocked)
     zsids = rules.zsid_max - rules.zsid_min + 1
     print(f"{args.file}: OK: {zsids} ZSIDs, each writable in exactly one zone ({', '.join(sorted(rules.zones()))})")
@@ -50,27 +29,21 @@ def cmd_rules_check(args) -> int:
 
 def cmd_rules_apply(args) -> int:
     from zonesync.meta import guards
-    from zonesync.rules import load_file
+    from zonesync.meta.store import MetaStore
+    from zonesync.rules import check, load_file
 
     rules = load_file(args.file)
-    meta = _meta()
-    from zonesync.meta.store import MetaStore
-    from zonesync.rules import check
-
+    meta = common.meta()
     check(rules, set(MetaStore(meta).zones()), require_writable=not args.allow_blocked)  # its errors first
     moves = _owner_moves(meta, rules)
     if moves and not args.move_owners:
-        print(
-            f"zonesync: rules apply: {'; '.join(moves)}: writable ZSIDs would move straight to another owner, "
+        return common.fail(
+            f"rules apply: {'; '.join(moves)}: writable ZSIDs would move straight to another owner, "
             "and the old owner's last changes could reach other zones after the new owner's and lock rows there "
             "(seed S000-48): move them with the zone switch, or pass --move-owners if the old owner has not "
-            "written them",
-            file=sys.stderr,
+            "written them"
         )
-        return 2
     if args.no_wait:
-        from zonesync.meta.store import MetaStore
-
         version = MetaStore(meta).publish_rules(rules, args.reason, require_writable=not args.allow_blocked)
         print(f"published rules version {version} (not waiting for acks)")
         return 0
@@ -104,7 +77,7 @@ def _owner_moves(meta, rules) -> list[str]:
 def cmd_rules_show(args) -> int:
     from zonesync.meta.store import MetaStore
 
-    store = MetaStore(_meta())
+    store = MetaStore(common.meta())
     if args.version is None:
         found = store.rules_at()
         if found is None:
@@ -128,45 +101,13 @@ def cmd_rules_show(args) -> int:
 def cmd_rules_diff(args) -> int:
     from zonesync.meta.store import MetaStore, diff
 
-    store = MetaStore(_meta())
+    store = MetaStore(common.meta())
     lines = diff(store.rules_version(args.a), store.rules_version(args.b))
     print("\n".join(lines) if lines else f"versions {args.a} and {args.b} have the same rules")
     return 0
 
 
-def cmd_guards(args) -> int:
-    from zonesync.meta import guards
-
-    meta = _meta()
-    if args.action == "forget":
-        if not args.instance:
-            print("zonesync: guards forget needs an instance id (see `zonesync guards`)", file=sys.stderr)
-            return 2
-        from zonesync.meta.store import default_actor
-
-        gone = guards.forget(meta, args.instance, default_actor())
-        print(f"{args.instance}: {'forgotten' if gone else 'not registered'}")
-        return 0 if gone else 1
-    instances = guards.list_instances(meta)
-    if not instances:
-        print("no guard instances registered")
-        return 0
-    print(f"{'instance':<44} {'zone':<6} {'pid':>7} {'version':>8} {'heartbeat':>10}  health")
-    for g in instances:
-        print(
-            f"{g.instance_id:<44} {g.zone:<6} {g.pid:>7} {g.version_applied:>8} "
-            f"{g.heartbeat_age_ms / 1000:>8.1f} s  {'healthy' if g.healthy else 'UNHEALTHY'}"
-        )
-    return 0 if all(g.healthy for g in instances) else 1
-
-
 def register(sub) -> None:
-    meta = sub.add_parser("meta", help="the meta store: schema migrations, zones")
-    meta_sub = meta.add_subparsers(dest="meta_command", required=True, metavar="ACTION")
-    mig = meta_sub.add_parser("migrate", help="create or upgrade the meta store schema (idempotent)")
-    mig.add_argument("--zones", help="comma-separated zone names to register, ids 1..N (e.g. a,b,c)")
-    mig.set_defaults(func=cmd_meta_migrate)
-
     rules = sub.add_parser("rules", help="zone-sharding rules: check, apply, show, diff")
     rsub = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
     chk = rsub.add_parser("check", help="validate a rule file and run the rule check")
@@ -195,8 +136,3 @@ def register(sub) -> None:
     dif.add_argument("a", type=int)
     dif.add_argument("b", type=int)
     dif.set_defaults(func=cmd_rules_diff)
-
-    g = sub.add_parser("guards", help="guard instances: versions and health; `guards forget ID`")
-    g.add_argument("action", nargs="?", choices=["list", "forget"], default="list")
-    g.add_argument("instance", nargs="?")
-    g.set_defaults(func=cmd_guards)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from zonesync.cli_replication import zone_conn
+from zonesync.cli import common
 
 
 def cmd_locks(args) -> int:
@@ -18,7 +18,7 @@ def cmd_locks(args) -> int:
 
     if args.action in ("add", "resolve"):
         return _lock_change(args)
-    conn = zone_conn(args.zone)
+    conn = common.zone_conn(args.zone)
     try:
         locks = lock_list(conn)
     finally:
@@ -40,7 +40,7 @@ def _source_row(zone: str, table: str, key: dict) -> dict | None:
 
     from zonesync.apply.batch.statements import q
 
-    conn = zone_conn(zone)
+    conn = common.zone_conn(zone)
     try:
         with conn.cursor(pymysql.cursors.DictCursor) as cur:
             where = " AND ".join(f"{q(c)} = %s" for c in key)
@@ -54,27 +54,21 @@ def _lock_change(args) -> int:
     """locks add (a manual lock: the row's events are held from now on, as for a mismatch)
     and locks resolve (unlock; a manual lock's held events are applied in order, or skipped
     by version). Exit 2 names a missing or unusable field."""
-    from zonesync import config, transport
-    from zonesync.apply.batch.writer import ZoneWriter
+    from zonesync import transport
     from zonesync.apply.tools import lock_commands as locks
     from zonesync.meta import alerts
-    from zonesync.meta.db import MetaConfig
-    from zonesync.runtime.endpoints import zone_endpoint
 
     need = ["--table", "--pk"] + (["--reason"] if args.action == "add" else [])
     missing = [f for f in need if not getattr(args, f[2:].replace("-", "_"))]
     if missing:
-        print(
-            f"zonesync locks {args.action}: {' and '.join(missing)} required (--pk: a JSON list of key values, "
-            "e.g. '[42]')",
-            file=sys.stderr,
+        return common.fail(
+            f"{' and '.join(missing)} required (--pk: a JSON list of key values, e.g. '[42]')",
+            f"zonesync locks {args.action}",
         )
-        return 2
-    ep = zone_endpoint(args.zone)
-    writer = ZoneWriter(ep.host, ep.port, ep.user, ep.password, ep.database)
+    writer = common.zone_writer(args.zone)
     try:
         if args.action == "add":
-            sources = [z.name for z in config.load().zones if z.name != args.zone]
+            sources = [z for z in common.zone_names() if z != args.zone]
             added, text = locks.add(writer, args.table, args.pk, args.reason, sources, transport.partitions())
             print(
                 f"{args.table} {text}: locked in zone {args.zone}; its changes are held until `locks resolve`"
@@ -86,8 +80,7 @@ def _lock_change(args) -> int:
             writer, args.table, args.pk, transport.topic, transport.bootstrap, args.drop_held, source_row=_source_row
         )
     except locks.LockError as exc:
-        print(f"zonesync locks {args.action}: {exc}", file=sys.stderr)
-        return 2
+        return common.fail(str(exc), f"zonesync locks {args.action}")
     except locks.HeldEventsLost as exc:
         print(f"zonesync locks resolve: {exc}", file=sys.stderr)
         return 1
@@ -106,7 +99,7 @@ def _lock_change(args) -> int:
     print(line)
     for reason in done.relocked:  # a released change met another row than its old row: locked again
         alerts.record(
-            MetaConfig.from_env(),
+            common.meta(),
             args.zone,
             "row_locked",
             {"table": args.table, "pk": args.pk, "reason": reason, "on": "locks resolve"},
