@@ -114,24 +114,11 @@ def queue_txn_events(
             if is_retry and retry_partitions is not None and partition not in retry_partitions:
                 index += 1
                 continue
-            event = ChangeEvent(
-                lsn,
-                prev_lsn,
-                zone,
-                int(image.get("_zs_origin") or zone_id),
-                table,
-                enc_pk,
-                op,
-                old if plain else encode_row(old),
-                new if plain else encode_row(new),
-                int(image.get("_zs_version") or 0) + bump,
-                txn_id,
-                index,
-                count,
-                commit_ts,
-                partition,
-                is_retry,
-            )
+            event = ChangeEvent(  # (its fields in order; one per row captured, so no call more)
+                lsn, prev_lsn, zone, int(image.get("_zs_origin") or zone_id), table, enc_pk, op,
+                old if plain else encode_row(old), new if plain else encode_row(new),
+                int(image.get("_zs_version") or 0) + bump, txn_id, index, count, commit_ts, partition, is_retry,
+            )  # fmt: skip
             index += 1
             queue = pending.get(partition)
             if queue is None:
