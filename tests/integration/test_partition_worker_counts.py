@@ -18,12 +18,12 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import defaultdict
 
 import pymysql
 import pytest
 
-from tests.support.background import Background
+from tests.support.background import Background, wait_until
+from tests.support.recording import Recorder
 from tests.support.replication import ZONES, Cluster, checksum, reset_state, wait_converged
 from zonesync.dal.errors import WriteRefused
 
@@ -42,6 +42,10 @@ def marker(op: str, row: dict) -> int:
     """A change's place in its key's history: 2·seq for the row an insert or update leaves,
     2·seq + 1 for the delete of the row with that seq (so a key's markers only go up)."""
     return 2 * _seq(row) + 1 if op == "delete" else 2 * _seq(row)
+
+
+def _marker_of(event) -> int:
+    return marker(event.op, event.old if event.op == "delete" else event.new)
 
 
 class KeyWriter(threading.Thread):
@@ -110,52 +114,6 @@ class KeyWriter(threading.Thread):
                 self.final[k] = name
 
 
-class Recorder:
-    """What every applier of a target zone handed its writer, committed, per key; and which
-    thread applied it (a worker's lane, or the loop itself for a small round), per run."""
-
-    def __init__(self, zone: str):
-        self.zone = zone
-        self.lock = threading.Lock()
-        self.markers: dict[int, list[int]] = defaultdict(list)
-        self.partition: dict[int, int] = {}
-        self.lanes: dict[tuple[int, int], set[int]] = defaultdict(set)  # (run, key) -> lanes
-        self.loop_events = 0
-
-    def wrap(self, factory, run: int):
-        return lambda: RecordingWriter(factory(), self, run)
-
-    def record(self, changes, run: int) -> None:
-        thread = threading.current_thread().name
-        prefix = f"apply-{self.zone}-"
-        lane = int(thread[len(prefix) :].split("_")[0]) if thread.startswith(prefix) else None
-        with self.lock:
-            for _, events in changes:
-                for e in events:
-                    key = e.pk["tenant_id"]
-                    self.markers[key].append(marker(e.op, e.old if e.op == "delete" else e.new))
-                    self.partition[key] = e.partition
-                    if lane is None:
-                        self.loop_events += 1
-                    else:
-                        self.lanes[(run, key)].add(lane)
-
-
-class RecordingWriter:
-    """A ZoneWriter that records what it committed (apply_many returned)."""
-
-    def __init__(self, inner, recorder: Recorder, run: int):
-        self._inner, self._recorder, self._run = inner, recorder, run
-
-    def apply_many(self, changes, positions, *args, **kwargs):
-        result = self._inner.apply_many(changes, positions, *args, **kwargs)
-        self._recorder.record(changes, self._run)
-        return result
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
 class OrderWatch(Background):
     """Samples every zone's rows while replication runs: a key's sequence number never goes
     back in any zone (a key absent for a while comes back with a higher one)."""
@@ -191,10 +149,12 @@ class OrderWatch(Background):
 
 
 def _wait_progress(writers, fraction: float, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while min(w.done for w in writers) < fraction * TRANSACTIONS and any(w.is_alive() for w in writers):
-        assert time.monotonic() < deadline, f"writers did not reach {fraction:.0%}"
-        time.sleep(0.02)
+    wait_until(
+        lambda: min(w.done for w in writers) >= fraction * TRANSACTIONS or not any(w.is_alive() for w in writers),
+        timeout,
+        f"writers reached {fraction:.0%}",
+        step=0.02,
+    )
 
 
 @pytest.fixture
@@ -217,7 +177,7 @@ def test_per_key_order_holds_for_any_partition_and_worker_count(
     clean_replication, guard_env, zones, meta, broker, test_cfg, partitions, worker_counts
 ):
     cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=partitions)  # fresh topics
-    recorders = {z: Recorder(z) for z in ZONES}
+    recorders = {z: Recorder(z, _marker_of) for z in ZONES}
     writers = [KeyWriter(guard_env(z), z, TRANSACTIONS, seed=i) for i, z in enumerate(ZONES)]
 
     def start_appliers(run: int, workers: int) -> None:
@@ -267,7 +227,7 @@ def test_per_key_order_holds_for_any_partition_and_worker_count(
     for z, rec in recorders.items():
         others = sorted(k for k in OWNER if OWNER[k] != z)
         # every change of every key handed to the writer exactly once, in the source's order
-        assert {k: rec.markers[k] for k in others} == {k: expected[k] for k in others}, f"target {z}"
+        assert {k: rec.values[k] for k in others} == {k: expected[k] for k in others}, f"target {z}"
         for (run, key), lanes in rec.lanes.items():  # a key's partition has one worker
             assert lanes == {rec.partition[key] % worker_counts[run]}, (z, run, key, lanes)
         for run, workers in enumerate(worker_counts):

@@ -18,9 +18,7 @@ three zones, with more partitions than one worker could take. What must hold:
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -29,15 +27,15 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from tests.support import applier_process
 from tests.support.background import Background, wait_until
+from tests.support.recording import Recorder
 from tests.support.replication import ZONES, Cluster, checksum, reset_state, settled_reconciliation, wait_converged
-from tests.support.rules import meta_url
 from zonesync.apply.tools.reconcile import OK
 from zonesync.dal.errors import WriteRefused
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 PAIRS = {
     "a": [(1, 2), (3, 4), (5, 6)],
     "b": [(401, 402), (403, 404), (405, 406)],
@@ -84,54 +82,6 @@ class PairWriter(threading.Thread):
             self.retries += 1
             return
         self.done += 1
-
-
-class Recorder:
-    """Per target zone: every key's values its writers committed (apply_many returned), and
-    the lanes (worker threads) that applied each key, per applier run."""
-
-    def __init__(self, zone: str):
-        self.zone = zone
-        self.lock = threading.Lock()
-        self.values: dict[int, list[int]] = defaultdict(list)
-        self.partition: dict[int, int] = {}
-        self.lanes: dict[tuple[int, int], set[int]] = defaultdict(set)  # (run, key) -> lanes
-
-    def wrap(self, factory, run: int):
-        return lambda: RecordingWriter(factory(), self, run)
-
-    def record(self, changes, run: int) -> None:
-        thread = threading.current_thread().name
-        prefix = f"apply-{self.zone}-"
-        lane = int(thread[len(prefix) :].split("_")[0]) if thread.startswith(prefix) else None
-        with self.lock:
-            for _, events in changes:
-                for e in events:
-                    key = e.pk["tenant_id"]
-                    self.values[key].append(int(e.new["name"]))
-                    self.partition[key] = e.partition
-                    if lane is not None:
-                        self.lanes[(run, key)].add(lane)
-
-
-class RecordingWriter:
-    """A ZoneWriter that records what it committed; every other attribute is the writer's."""
-
-    def __init__(self, inner, recorder: Recorder, run: int):
-        object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_recorder", recorder)
-        object.__setattr__(self, "_run", run)
-
-    def apply_many(self, changes, positions, *args, **kwargs):
-        result = self._inner.apply_many(changes, positions, *args, **kwargs)
-        self._recorder.record(changes, self._run)
-        return result
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def __setattr__(self, name, value):  # the applier hands its writers shared state
-        setattr(self._inner, name, value)
 
 
 class OrderWatch(Background):
@@ -223,7 +173,7 @@ def test_two_keys_per_transaction_stay_in_order_while_workers_change(
 ):
     worker_counts = (4, 2, 6)
     cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=PARTITIONS)
-    recorders = {z: Recorder(z) for z in ZONES}
+    recorders = {z: Recorder(z, lambda e: int(e.new["name"])) for z in ZONES}
     guards = {z: guard_env(z) for z in PAIRS}
     writers = [PairWriter(guards[z], pair) for z, pairs in PAIRS.items() for pair in pairs]
     targets = _targets()
@@ -279,27 +229,6 @@ def test_two_keys_per_transaction_stay_in_order_while_workers_change(
         assert checksum(zones[z]) == checksum(zones["a"])
 
 
-def _spawn_group_applier(cluster, zone: str, log_path: Path) -> subprocess.Popen:
-    """tests.support.applier_process (group mode, 4 workers) with its log kept in a file."""
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.support.applier_process",
-                zone,
-                str(cluster.zones[zone].port),
-                str(cluster.partitions),
-                cluster.prefix,
-                str(cluster.broker_file),
-            ],
-            cwd=REPO,
-            env={**os.environ, "ZONESYNC_META_URL": meta_url(cluster.meta)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-
-
 def test_two_group_applier_processes_keep_per_key_order(
     clean_replication, guard_env, zones, meta, broker, test_cfg, tmp_path
 ):
@@ -321,12 +250,12 @@ def test_two_group_applier_processes_keep_per_key_order(
         cluster.start(which=("replicator",))
         cluster.start(which=("applier",), zones=("a", "b"), small_round=8)
         cluster.wait_started()
-        procs.append(_spawn_group_applier(cluster, "c", logs[0]))
+        procs.append(applier_process.spawn(cluster, "c", logs[0]))
         with OrderWatch(zones, targets) as watch:
             for w in writers:
                 w.start()
             wait_until(lambda: took_partitions(logs[0]), 60, "the first process took the partitions")
-            procs.append(_spawn_group_applier(cluster, "c", logs[1]))
+            procs.append(applier_process.spawn(cluster, "c", logs[1]))
             wait_until(lambda: took_partitions(logs[1]), 60, "the second process took its share")
             joined_at = min(w.done for w in writers)
             wait_until(lambda: min(w.done for w in writers) >= joined_at + 100, 60, "100 more transactions")

@@ -18,23 +18,26 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def spawn(cluster, zone: str) -> subprocess.Popen:
+def spawn(cluster, zone: str, log_path: Path | None = None) -> subprocess.Popen:
+    """The group applier of `zone` as a child process; its output goes to `log_path` when
+    given (else to this process's)."""
     from tests.support.rules import meta_url
 
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.applier_process",
-            zone,
-            str(cluster.zones[zone].port),
-            str(cluster.partitions),
-            cluster.prefix,
-            str(cluster.broker_file),
-        ],
-        cwd=REPO,
-        env={**os.environ, "ZONESYNC_META_URL": meta_url(cluster.meta)},
-    )
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.support.applier_process",
+        zone,
+        str(cluster.zones[zone].port),
+        str(cluster.partitions),
+        cluster.prefix,
+        str(cluster.broker_file),
+    ]
+    env = {**os.environ, "ZONESYNC_META_URL": meta_url(cluster.meta)}
+    if log_path is None:
+        return subprocess.Popen(argv, cwd=REPO, env=env)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 if __name__ == "__main__":
