@@ -9,14 +9,13 @@ switch history in meta.
 
 from __future__ import annotations
 
-import sys
+from zonesync.cli import common
 
 DAG_ID = "zone_switch"
 
 
 def _fail(message: str) -> int:
-    print(f"zonesync switch: {message}", file=sys.stderr)
-    return 2
+    return common.fail(message, "zonesync switch")
 
 
 def _conf(args) -> dict | str:
@@ -79,10 +78,9 @@ def cmd_switch(args) -> int:
 
 
 def _summary(run_id: str) -> None:
-    from zonesync.meta.db import MetaConfig
     from zonesync.switch.store import SwitchStore
 
-    sw = SwitchStore(MetaConfig.from_env()).get(run_id)
+    sw = SwitchStore(common.meta()).get(run_id)
     if sw is None:
         print("no switch recorded in meta for this run (refused before preflight)")
         return
@@ -93,10 +91,9 @@ def _summary(run_id: str) -> None:
 
 
 def _status(run_id: str) -> int:
-    from zonesync.meta.db import MetaConfig
     from zonesync.switch.store import SwitchStore
 
-    store = SwitchStore(MetaConfig.from_env())
+    store = SwitchStore(common.meta())
     sw = store.get(run_id)
     if sw is None:
         return _fail(f"no switch with run id {run_id!r}: `zonesync switches` lists them")
@@ -136,10 +133,9 @@ def _status(run_id: str) -> int:
 
 
 def cmd_switches(args) -> int:
-    from zonesync.meta.db import MetaConfig
     from zonesync.switch.store import SwitchStore
 
-    rows = SwitchStore(MetaConfig.from_env()).history(args.limit)
+    rows = SwitchStore(common.meta()).history(args.limit)
     if not rows:
         print("no switches yet: `zonesync switch --zsids 0-99 --from a --to b --reason ...`")
         return 0
