@@ -231,18 +231,55 @@ class Applier(Rounds, LagReport, PartitionFaults):
         consumer.unassign()
         log.info("applier %s: gave up partitions %s", self.zone, sorted(keys))
 
+    # One pass: a consumer and the workers' lanes, from apply_state, until an error or a stop.
+    # Like Vitess's vplayer: the loop in one function (_pass), one short step per concern
+    # (take a round, accept its chains, hold or let through whole transactions, hand it out,
+    # follow gaps), and tick() for the once-a-second work.
     def _pass(self, deadline: float | None) -> None:
         self.state, self._offsets, self._backlog = {}, {}, {}
         self._held, self._held_since = {}, {}
-        bootstrap_used = self.bootstrap()
-        down = {"since": None}
+        link = _Pass(self.bootstrap())
+        link.consumer = self._open_consumer(link)
+        # One single-threaded executor per worker: a worker applies its shares in order.
+        link.lanes = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apply-{self.zone}-{i}")
+            for i in range(self.settings.workers)
+        ]
+        self._in_flight = link.in_flight
+        try:
+            while not self.stopping and (deadline is None or time.monotonic() < deadline):
+                by_partition = self._take_round(link)
+                self._reap(link.in_flight, keep=len(link.in_flight))  # rounds that committed meanwhile
+                if link.down_since and time.monotonic() - link.down_since > 5:
+                    raise RuntimeError("broker unreachable for 5 s: reconnecting with a fresh bootstrap")
+                jobs, gaps = self._accept(by_partition)
+                whole = False
+                if jobs and self.settings.atomic_transactions:
+                    jobs, whole = self._whole_source_transactions(jobs)
+                # once a second, the ages of what is pending, taken before this round is
+                # handed out, while its events are still pending (lag_report.py)
+                pending = self._pending_ages() if time.monotonic() - link.last_tick >= 1.0 else None
+                if jobs:
+                    self._hand_out(link, jobs, whole)
+                self._follow_gaps(link.consumer, jobs, gaps)
+                if pending is not None:
+                    self.tick(link, pending)
+            self._reap(link.in_flight, keep=0)
+        finally:
+            for lane in link.lanes:
+                lane.shutdown(wait=True)
+            link.consumer.close()
+
+    def _open_consumer(self, link: _Pass) -> Consumer:
+        """Step 1: a consumer on the sources' topics (their partition counts checked), given
+        its partitions from apply_state, or subscribed to the zone's group."""
 
         def on_error(err):
             # Connection loss is reported here, not as messages: note when the brokers went away.
             if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
-                down["since"] = down["since"] or time.monotonic()
+                link.down_since = link.down_since or time.monotonic()
 
-        config = transport.consumer_config(bootstrap_used, f"zonesync-apply-{self.zone}")
+        config = transport.consumer_config(link.bootstrap_used, f"zonesync-apply-{self.zone}")
         if self.settings.group:
             session_ms = int(self.settings.group_session_s * 1000)
             config.update({"session.timeout.ms": session_ms, "heartbeat.interval.ms": 500})
@@ -253,14 +290,14 @@ class Applier(Rounds, LagReport, PartitionFaults):
         consumer = Consumer({**config, "error_cb": on_error})
         try:
             # the topics' partition count, as the broker has it, then as meta recorded it
-            topics.check_broker(consumer, [self.topic_of(s) for s in self.sources], self.partitions)
+            topic_names = [self.topic_of(s) for s in self.sources]
+            topics.check_broker(consumer, topic_names, self.partitions)
             try:
                 topics.check(self.meta, self.sources, self.partitions)
                 self._topics_confirmed = True
             except META_DOWN:
                 if not self._topics_confirmed:
                     raise
-            topic_names = [self.topic_of(s) for s in self.sources]
             if self.settings.group:
                 revoke = self._on_revoke
                 consumer.subscribe(topic_names, on_assign=self._on_assign, on_revoke=revoke, on_lost=revoke)
@@ -272,94 +309,87 @@ class Applier(Rounds, LagReport, PartitionFaults):
             # a kept traceback delays: a librdkafka instance and its threads per retry)
             consumer.close()
             raise
-        # One single-threaded executor per worker: a worker applies its shares in order.
-        lanes = [
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"apply-{self.zone}-{i}")
-            for i in range(self.settings.workers)
-        ]
-        in_flight: deque[tuple[list[Future], list]] = deque()  # (futures, shares) per round, oldest first
-        self._in_flight = in_flight
-        failed = threading.Event()  # set by a failed share: the workers take no later one
-        last_lag = 0.0
-        carry: list = []  # messages fetched, not yet taken into a round
-        try:
-            while not self.stopping and (deadline is None or time.monotonic() < deadline):
-                by_partition: dict[tuple[str, int], list[tuple[ChangeEvent, int]]] = {}
-                # what is already fetched, up to max_batch events (a message holds one or
-                # many); messages fetched past it start the next round
-                msgs, carry = carry, []
-                if not msgs:
-                    first = consumer.poll(0.05)
-                    msgs = [first] if first is not None else []
-                events, delivered, budget = 0, False, self._round_budget()
-                while msgs:
-                    n, got, carry = self._take(msgs, by_partition, consumer, budget - events)
-                    events, delivered = events + n, delivered or got
-                    if carry or events >= budget:
-                        break
-                    msgs = consumer.consume(num_messages=64, timeout=0)
-                if delivered:
-                    down["since"] = None
-                self._reap(in_flight, keep=len(in_flight))  # rounds that committed meanwhile
-                if down["since"] and time.monotonic() - down["since"] > 5:
-                    raise RuntimeError("broker unreachable for 5 s: reconnecting with a fresh bootstrap")
-                jobs, gaps = {}, {}
-                for key, held in self._held.items():  # a transaction's rows waiting for the rest
-                    by_partition[key] = held + by_partition.get(key, [])
-                self._held = {}
-                for key, items in by_partition.items():
-                    filtered = filter_chain(self.state[key].applied_lsn, items)
-                    accepted = self._whole_transactions(key, filtered.accepted) if filtered.accepted else None
-                    if accepted:
-                        jobs[key] = accepted
-                    if filtered.gap:
-                        gaps[key] = filtered.gap
-                whole = False
-                if jobs and self.settings.atomic_transactions:  # whole source transactions (atomic_rounds.py)
-                    jobs, held = whole_transactions(
-                        jobs,
-                        self._txn_waiting,
-                        time.monotonic(),
-                        self.settings.txn_hold_timeout,
-                        TXN_HOLD_ROWS,
-                        TXN_HOLD_ROWS,
-                    )
-                    for key, events in held.items():
-                        self._held[key] = events + self._held.get(key, [])
-                    whole = bool(self.settings.table_weights) or spans_workers(jobs, self.settings.workers)
-                # once a second, the ages of what is pending, taken before this round is
-                # handed out, while its events are still pending (lag_report.py)
-                pending = self._pending_ages() if time.monotonic() - last_lag >= 1.0 else None
-                if jobs:
-                    # One transaction per worker: partition p always goes to worker p % workers,
-                    # so a key (one partition number in every source) is applied by one worker.
-                    rounds: dict[int, list] = {}
-                    for key, chain in jobs.items():
-                        rounds.setdefault(key[1] % self.settings.workers, []).append((key, chain))
-                    self._run_round(lanes, in_flight, failed, rounds, whole)
-                for key in jobs:  # progress: an earlier gap was repaired
-                    self.state[key].gap_since = None
-                    self.state[key].resend_attempts = 0
-                    self.state[key].request_id = None
-                for key, st in self.state.items():  # new gaps, and old ones still open
-                    if not st.halted and (key in gaps or st.gap_since is not None):
-                        self._on_gap(consumer, key, gaps.get(key))
-                now = time.monotonic()
-                if pending is not None:
-                    last_lag = now
-                    if self.bootstrap() != bootstrap_used:
-                        raise RuntimeError("the broker moved (new bootstrap): reconnecting")
-                    self._check_status()
-                    self._report_lag(consumer, pending)
-                    self._send_alerts()
-                    if now - self._last_gc >= 60:
-                        self._last_gc = now
-                        self._writer().gc_tombstones(self.settings.tombstone_horizon_s)
-            self._reap(in_flight, keep=0)
-        finally:
-            for lane in lanes:
-                lane.shutdown(wait=True)
-            consumer.close()
+        return consumer
+
+    def _take_round(self, link: _Pass) -> dict[tuple[str, int], list[tuple[ChangeEvent, int]]]:
+        """Step 2: what is already fetched, up to the round's budget of events (a message holds
+        one or many), decoded into its partitions' chains; messages fetched past the budget
+        start the next round (`link.carry`)."""
+        consumer, by_partition = link.consumer, {}
+        msgs, link.carry = link.carry, []
+        if not msgs:
+            first = consumer.poll(0.05)
+            msgs = [first] if first is not None else []
+        events, delivered, budget = 0, False, self._round_budget()
+        while msgs:
+            n, got, link.carry = self._take(msgs, by_partition, consumer, budget - events)
+            events, delivered = events + n, delivered or got
+            if link.carry or events >= budget:
+                break
+            msgs = consumer.consume(num_messages=64, timeout=0)
+        if delivered:
+            link.down_since = None
+        return by_partition
+
+    def _accept(self, by_partition: dict) -> tuple[dict, dict]:
+        """Step 3 per partition: (accepted chains, gaps), the rows held back from the last
+        round first; a transaction's rows whose end has not arrived are held again."""
+        jobs, gaps = {}, {}
+        for key, held in self._held.items():  # a transaction's rows waiting for the rest
+            by_partition[key] = held + by_partition.get(key, [])
+        self._held = {}
+        for key, items in by_partition.items():
+            filtered = filter_chain(self.state[key].applied_lsn, items)
+            accepted = self._whole_transactions(key, filtered.accepted) if filtered.accepted else None
+            if accepted:
+                jobs[key] = accepted
+            if filtered.gap:
+                gaps[key] = filtered.gap
+        return jobs, gaps
+
+    def _whole_source_transactions(self, jobs: dict) -> tuple[dict, bool]:
+        """atomic_transactions (atomic_rounds.py): the round's whole source transactions, the
+        rest held; and whether the round must be one target transaction."""
+        jobs, held = whole_transactions(
+            jobs, self._txn_waiting, time.monotonic(), self.settings.txn_hold_timeout, TXN_HOLD_ROWS, TXN_HOLD_ROWS
+        )
+        for key, events in held.items():
+            self._held[key] = events + self._held.get(key, [])
+        return jobs, bool(self.settings.table_weights) or spans_workers(jobs, self.settings.workers)
+
+    def _hand_out(self, link: _Pass, jobs: dict, whole: bool) -> None:
+        """Step 4: one transaction per worker. Partition p always goes to worker p % workers,
+        so a key (one partition number in every source) is applied by one worker."""
+        rounds: dict[int, list] = {}
+        workers = self.settings.workers
+        for key, chain in jobs.items():
+            rounds.setdefault(key[1] % workers, []).append((key, chain))
+        self._run_round(link.lanes, link.in_flight, link.failed, rounds, whole)
+
+    def _follow_gaps(self, consumer, jobs: dict, gaps: dict) -> None:
+        """Step 3's gaps: progress closes a partition's earlier gap; new gaps, and old ones
+        still open, ask for resends (partition_faults.py)."""
+        state = self.state
+        for key in jobs:
+            st = state[key]
+            st.gap_since, st.resend_attempts, st.request_id = None, 0, None
+        for key, st in state.items():
+            if not st.halted and (key in gaps or st.gap_since is not None):
+                self._on_gap(consumer, key, gaps.get(key))
+
+    def tick(self, link: _Pass, pending: dict[tuple[str, int], float]) -> None:
+        """Once a second: the broker still where it was, operators' halts and resumes, lag
+        (with the ages taken before the round), alerts kept while meta was down, and once a
+        minute the tombstones past the horizon."""
+        now = link.last_tick = time.monotonic()
+        if self.bootstrap() != link.bootstrap_used:
+            raise RuntimeError("the broker moved (new bootstrap): reconnecting")
+        self._check_status()
+        self._report_lag(link.consumer, pending)
+        self._send_alerts()
+        if now - self._last_gc >= 60:
+            self._last_gc = now
+            self._writer().gc_tombstones(self.settings.tombstone_horizon_s)
 
     def _round_budget(self) -> int:
         """New events a round takes: max_batch; in atomic mode as many as are held, too (up
@@ -434,3 +464,20 @@ class Applier(Rounds, LagReport, PartitionFaults):
             events += len(batch)
             self._per_message[key] = len(batch)
         return events, delivered, []
+
+
+class _Pass:
+    """What one pass of the loop holds: the broker link, the workers' lanes and the rounds
+    handed to them, and the loop's own bookkeeping between rounds."""
+
+    __slots__ = ("bootstrap_used", "carry", "consumer", "down_since", "failed", "in_flight", "lanes", "last_tick")
+
+    def __init__(self, bootstrap_used):
+        self.bootstrap_used = bootstrap_used
+        self.consumer = None
+        self.lanes: list[ThreadPoolExecutor] = []
+        self.in_flight: deque[tuple[list[Future], list]] = deque()  # (futures, shares) per round, oldest first
+        self.failed = threading.Event()  # set by a failed share: the workers take no later one
+        self.down_since: float | None = None  # when the brokers went away (error_cb)
+        self.last_tick = 0.0
+        self.carry: list = []  # messages fetched, not yet taken into a round
