@@ -24,7 +24,7 @@ SOURCES = ("a", "c")
 
 
 def _owned(applier) -> set:
-    return set(applier.state)
+    return set(applier.book.state)
 
 
 def _converged(zones, timeout: float = 40) -> None:

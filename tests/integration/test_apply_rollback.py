@@ -349,9 +349,11 @@ def test_a_partition_halted_with_rounds_in_flight_resumes_past_its_applied_lsn(r
             lock.wait_for_waiter(30, "round 1 waits for the held row")
             source.write(2, extra=[f"INSERT INTO only_in_a VALUES ({MISSING_KEY}, 'x', 1, 1)"])
             wait_until(lambda: len(applier._in_flight) == 2, 30, "round 2 is handed to the worker behind round 1")
-            handed = applier.state[key].applied_lsn
+            handed = applier.book.state[key].applied_lsn
             source.write(3)
-            wait_until(lambda: applier.state[key].applied_lsn > handed, 30, "round 3 is taken from what was fetched")
+            wait_until(
+                lambda: applier.book.state[key].applied_lsn > handed, 30, "round 3 is taken from what was fetched"
+            )
         wait_until(lambda: positions(zones["b"], "a")[P][3] == "halted", 30, "partition P halts")
         halted = positions(zones["b"], "a")[P]
         assert snapshot(zones["b"]) == (1, []), "round 1 committed; rounds 2 and 3 did not"

@@ -69,7 +69,7 @@ def test_halt_stops_one_partition_and_restart_takes_it_from_its_applied_lsn(clus
         time.sleep(1)
         assert cli.main(["halt", "--zone", "b", "--source", "a", "--partition", "0", "--why", "test"]) == 0
         assert cli.main(["halt", "--zone", "b", "--source", "a", "--partition", "0"]) == 1, "already halted"
-        wait_until(lambda: applier.state.get(("a", 0)) and applier.state[("a", 0)].halted, 10, "b pauses it")
+        wait_until(lambda: applier.book.state.get(("a", 0)) and applier.book.state[("a", 0)].halted, 10, "b pauses it")
         halted_at = _b_state(zones)[0]
         others = {p: lsn for p, (lsn, _) in _b_state(zones).items() if p != 0}
         time.sleep(2)

@@ -179,7 +179,7 @@ class _Consumer:
 
 
 def test_the_applier_warns_for_a_backlog_not_for_one_event_after_a_long_idle(monkeypatch):
-    """Through the applier's own bookkeeping (_take, _committed, _lag_figures): partition 0
+    """Through the applier's own bookkeeping (_take, rounds.committed, lag.figures): partition 0
     idle for an hour gets one event; partition 1 holds a message a minute old."""
     import zonesync.apply.loop.lag_report as lag_report
     from zonesync.apply.loop.applier import Applier
@@ -193,13 +193,13 @@ def test_the_applier_warns_for_a_backlog_not_for_one_event_after_a_long_idle(mon
         "b", ["a"], writer_factory=None, meta=None, partitions=2, settings=settings, bootstrap=lambda: "unused"
     )
     warned = []
-    applier.alert = lambda kind, detail: warned.append((kind, detail))
+    applier.lag.alert = lambda kind, detail: warned.append((kind, detail))
     written = []
-    applier._write_lag = written.append
+    applier.lag.write = written.append
     for p, (lsn, offset) in enumerate([(100, 41), (200, 9)]):
-        applier.state[("a", p)] = PartitionState(applied_lsn=lsn)
-        applier._offsets[("a", p)] = offset
-        applier._backlog[("a", p)] = Backlog(lsn, offset + 1)
+        applier.book.state[("a", p)] = PartitionState(applied_lsn=lsn)
+        applier.book.offsets[("a", p)] = offset
+        applier.book.backlog[("a", p)] = Backlog(lsn, offset + 1)
 
     def event(p, lsn, prev):
         image = {"id": lsn, "_zs_origin": 1, "_zs_version": 1}
@@ -211,7 +211,7 @@ def test_the_applier_warns_for_a_backlog_not_for_one_event_after_a_long_idle(mon
     chains: dict = {}
     applier._take([fresh, old], chains, None, budget=100)
     consumer = _Consumer({0: 43, 1: 11})
-    applier._report_lag(consumer)
+    applier.lag.report(consumer)
     [rows] = written
     by_partition = {r[2]: r for r in rows}
     assert by_partition[0][4:] == (1, pytest.approx(0.015, abs=0.001)), "one event 15 ms old: not an hour behind"
@@ -219,12 +219,12 @@ def test_the_applier_warns_for_a_backlog_not_for_one_event_after_a_long_idle(mon
     assert [(k, d["partition"], d["behind_seconds"]) for k, d in warned] == [("lag_warning", 1, 60.0)]
 
     # the loop takes the ages before it hands the round out, and reports once it is applied
-    pending = applier._pending_ages()
-    applier._committed([[(key, chain) for key, chain in chains.items()]])
+    pending = applier.lag.pending_ages()
+    applier.rounds.committed([[(key, chain) for key, chain in chains.items()]])
     now += 0.01
-    rows = applier._lag_figures(consumer, pending)
+    rows = applier.lag.figures(consumer, pending)
     assert [r[4:] for r in rows] == [(0, pytest.approx(0.015, abs=0.001)), (0, 60.0)], "as before the round"
     now += 1.0
-    assert applier._pending_ages() == {}
-    rows = applier._lag_figures(consumer, applier._pending_ages())
+    assert applier.lag.pending_ages() == {}
+    rows = applier.lag.figures(consumer, applier.lag.pending_ages())
     assert [r[4:] for r in rows] == [(0, 0.0), (0, 0.0)], "applied: nothing behind"

@@ -408,7 +408,7 @@ def test_a_round_takes_whole_messages_up_to_its_budget_and_leaves_the_rest():
     from zonesync.apply.loop.continuity import PartitionState
 
     applier = Applier("b", ["a"], writer_factory=None, meta=None, partitions=2, bootstrap=lambda: "unused")
-    applier.state = {("a", 0): PartitionState(applied_lsn=0), ("a", 1): PartitionState(applied_lsn=0)}
+    applier.book.state = {("a", 0): PartitionState(applied_lsn=0), ("a", 1): PartitionState(applied_lsn=0)}
     lsn = iter(range(1, 10**6))
     msgs = [
         FakeMessage(n % 2, n, encode_message([ev(next(lsn), 0, "insert", new=row(1)) for _ in range(500)]))
@@ -419,7 +419,7 @@ def test_a_round_takes_whole_messages_up_to_its_budget_and_leaves_the_rest():
     assert (taken, delivered, rest) == (1500, True, msgs[3:]), "past the budget by one message at most"
     assert [len(chains[("a", p)]) for p in (0, 1)] == [1000, 500]
     assert {offset for _, offset in chains[("a", 1)]} == {1}, "each event keeps its message's offset"
-    assert applier._per_message[("a", 0)] == 500
+    assert applier.book.per_message[("a", 0)] == 500
 
 
 class _Writer:
@@ -453,7 +453,7 @@ def _pipelined_applier(committed, fail_lsn):
         bootstrap=lambda: "unused",
         settings=ApplierSettings(workers=2, small_round=0, rounds_in_flight=3),
     )
-    applier.state = {("a", p): PartitionState(applied_lsn=0) for p in (0, 1)}
+    applier.book.state = {("a", p): PartitionState(applied_lsn=0) for p in (0, 1)}
     return applier
 
 
@@ -467,11 +467,11 @@ def test_rounds_overlap_and_commit_in_order_per_worker():
     lanes = [ThreadPoolExecutor(max_workers=1) for _ in range(2)]
     in_flight, failed = deque(), threading.Event()
     for n, lsn in enumerate((1, 2, 3, 4)):
-        applier._run_round(lanes, in_flight, failed, _round(lsn, lsn - 1, 100 + n))
-        assert applier.state[("a", 0)].applied_lsn == lsn, "the next round's chain follows this one"
-    applier._reap(in_flight, keep=0)
+        applier.rounds.run(lanes, in_flight, failed, _round(lsn, lsn - 1, 100 + n))
+        assert applier.book.state[("a", 0)].applied_lsn == lsn, "the next round's chain follows this one"
+    applier.rounds.reap(in_flight, keep=0)
     assert committed == [[1], [2], [3], [4]]
-    assert applier._offsets[("a", 0)] == 103
+    assert applier.book.offsets[("a", 0)] == 103
 
 
 def test_a_stalled_target_holds_the_loop_at_the_rounds_in_flight_bound():
@@ -487,7 +487,7 @@ def test_a_stalled_target_holds_the_loop_at_the_rounds_in_flight_bound():
 
     def loop():
         for n, lsn in enumerate((1, 2, 3, 4, 5)):
-            applier._run_round(lanes, in_flight, failed, _round(lsn, lsn - 1, 100 + n))
+            applier.rounds.run(lanes, in_flight, failed, _round(lsn, lsn - 1, 100 + n))
             handed.append(lsn)
 
     thread = threading.Thread(target=loop, daemon=True)
@@ -497,7 +497,7 @@ def test_a_stalled_target_holds_the_loop_at_the_rounds_in_flight_bound():
     assert committed == []
     gate.set()
     thread.join(5)
-    applier._reap(in_flight, keep=0)
+    applier.rounds.reap(in_flight, keep=0)
     for lane in lanes:
         lane.shutdown(wait=True)
     assert handed == [1, 2, 3, 4, 5] and committed == [[1], [2], [3], [4], [5]]
@@ -520,15 +520,15 @@ def test_a_failed_round_stops_every_later_round_of_its_worker():
     applier = _pipelined_applier(committed, fail_lsn=1)
     lanes = [ThreadPoolExecutor(max_workers=1) for _ in range(2)]
     in_flight, failed = deque(), threading.Event()
-    applier._run_round(lanes, in_flight, failed, _round(1, 0, 100))
-    applier._run_round(lanes, in_flight, failed, _round(2, 1, 101))
-    applier._run_round(lanes, in_flight, failed, _round(7, 0, 200, partition=1))  # the other worker
+    applier.rounds.run(lanes, in_flight, failed, _round(1, 0, 100))
+    applier.rounds.run(lanes, in_flight, failed, _round(2, 1, 101))
+    applier.rounds.run(lanes, in_flight, failed, _round(7, 0, 200, partition=1))  # the other worker
     with pytest.raises(RuntimeError, match="target gone"):
-        applier._reap(in_flight, keep=0)
+        applier.rounds.reap(in_flight, keep=0)
     for lane in lanes:
         lane.shutdown(wait=True)
     assert [2] not in committed, "a later round of the failed worker committed"
-    assert ("a", 0) not in applier._offsets, "nothing of partition 0 counts as committed"
+    assert ("a", 0) not in applier.book.offsets, "nothing of partition 0 counts as committed"
 
 
 def test_complete_prefix_keeps_a_transaction_until_its_last_row_in_the_partition():

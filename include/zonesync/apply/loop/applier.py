@@ -72,9 +72,10 @@ from zonesync import transport
 from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.apply.errors import PartitionsStopped, TableMissing
 from zonesync.apply.loop.atomic_rounds import spans_workers, whole_transactions
-from zonesync.apply.loop.continuity import PartitionState, complete_prefix, filter_chain
-from zonesync.apply.loop.lag_report import Backlog, LagReport, message_time
+from zonesync.apply.loop.continuity import complete_prefix, filter_chain
+from zonesync.apply.loop.lag_report import LagReporter, message_time
 from zonesync.apply.loop.partition_faults import PartitionFaults
+from zonesync.apply.loop.partitions import PartitionBook
 from zonesync.apply.loop.rounds import Rounds
 from zonesync.apply.loop.settings import ApplierSettings
 from zonesync.events import ChangeEvent, EventError, decode_message
@@ -87,7 +88,12 @@ TXN_HOLD_ROWS = 50_000  # the replicator's large_txn_rows: a larger transaction 
 ATOMIC_FETCH_BYTES = 64 * 1024
 
 
-class Applier(Rounds, LagReport, PartitionFaults):
+class Applier:
+    """The loop (one pass after another) and what it owns: the partitions' book
+    (partitions.py), shared with its collaborators, each given what it needs: `rounds`
+    (rounds.py: a round applied on the workers), `lag` (lag_report.py) and `faults`
+    (partition_faults.py: gaps, halts, stopped partitions, operators' instructions)."""
+
     def __init__(
         self,
         zone: str,
@@ -107,29 +113,25 @@ class Applier(Rounds, LagReport, PartitionFaults):
         self.settings = settings = settings or ApplierSettings()
         self.bootstrap = bootstrap
         self.topic_of = topic_of
-        self._held: dict[tuple[str, int], list] = {}  # per partition: a transaction's rows, its end not read
-        self._held_since: dict[tuple[str, int], float] = {}
+        self.book = book = PartitionBook()
         self._in_flight: deque = deque()  # (futures, shares) per round handed to the lanes, oldest first
         # a source transaction's rows become visible together, across partitions (atomic_rounds.py)
         self._txn_waiting: dict[tuple[str, str], float] = {}
-        self._lag_warned: set[tuple[str, int]] = set()
-        # partitions stopped before an event serial apply could not place: partition -> (LSN, since)
-        self._stops: dict[tuple[str, int], tuple[int, float]] = {}
-        self._expired_waits: set[tuple[str, int, int]] = set()  # (source, partition, LSN): lock, don't wait
         self._count_lock = threading.Lock()
         self._last_gc = 0.0
         self._source_of_topic = {topic_of(s): s for s in sources}
         self.stopping = False
         self.applied = 0
-        self.state: dict[tuple[str, int], PartitionState] = {}
         self._local = threading.local()
         self._writers: list[ZoneWriter] = []
-        self._offsets: dict[tuple[str, int], int] = {}
-        self._per_message: dict[tuple[str, int], int] = {}  # events in the last message read
-        self._backlog: dict[tuple[str, int], Backlog] = {}  # messages read, not applied (lag_report.py)
         self.meta_outage = MetaOutage(f"applier {zone}", log)
         self._unsent_alerts: list[tuple[str, dict]] = []
         self._topics_confirmed = False  # meta confirmed the partition counts once
+        self.rounds = Rounds(book, settings, self._writer, self._record)
+        self.lag = LagReporter(book, settings, zone, topic_of, meta, self.meta_outage, self.alert)
+        self.faults = PartitionFaults(
+            book, settings, zone, topic_of, meta, self.meta_outage, self._writer, self.alert, self._record
+        )
 
     # -- meta side -----------------------------------------------------------
     # Meta unreachable (seed S003-03): apply goes on. apply_state lives in the target zone,
@@ -147,12 +149,19 @@ class Applier(Rounds, LagReport, PartitionFaults):
                 return
             self._unsent_alerts.pop(0)
 
+    def _record(self, result) -> None:
+        """What a batch committed (any worker's thread): counted, its locked rows alerted."""
+        with self._count_lock:
+            self.applied += result.applied
+        for source, table, pk, reason in result.locked:
+            self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
+
     # -- workers -------------------------------------------------------------
     def _writer(self) -> ZoneWriter:
         w = getattr(self._local, "writer", None)
         if w is None:
             w = self.writer_factory()
-            w.expired_waits = self._expired_waits
+            w.expired_waits = self.book.expired_waits
             w.table_weights = self.settings.table_weights  # tables in weight order inside a transaction
             self._local.writer = w
             self._writers.append(w)
@@ -174,10 +183,10 @@ class Applier(Rounds, LagReport, PartitionFaults):
                 raise  # configuration: retrying cannot help
             except TableMissing as exc:  # retrying cannot help either: those partitions halt
                 self._close_writers()
-                self._halt_table_missing(exc)
+                self.faults.halt_table_missing(exc)
             except PartitionsStopped as exc:  # the rest committed: retried serially (partition_faults.py)
                 self._close_writers()
-                self._partitions_stopped(exc)
+                self.faults.partitions_stopped(exc)
             except Exception as exc:  # noqa: BLE001 - any failure: re-read state and start over
                 if self.stopping:
                     break
@@ -192,7 +201,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
     @property
     def stopped(self) -> dict[tuple[str, int], int]:
         """(source zone, partition) -> the LSN it stands stopped before (serial retries)."""
-        return {key: lsn for key, (lsn, _) in self._stops.items()}
+        return {key: lsn for key, (lsn, _) in self.book.stops.items()}
 
     def _take_over(self, keys: list[tuple[str, int]]) -> list[TopicPartition]:
         """Step 1 for `keys`: their positions from apply_state; where to consume them from."""
@@ -201,9 +210,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
         out = []
         for source, p in keys:
             lsn, offset, status = recorded.get((source, p), (0, -1, "running"))
-            self.state[(source, p)] = PartitionState(applied_lsn=lsn, halted=status == "halted")
-            self._offsets[(source, p)] = offset
-            self._backlog[(source, p)] = Backlog(lsn, offset + 1)
+            self.book.take((source, p), lsn, offset, halted=status == "halted")
             out.append(TopicPartition(self.topic_of(source), p, offset + 1 if offset >= 0 else OFFSET_BEGINNING))
         return out
 
@@ -212,7 +219,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
         keys = [(self._source_of_topic[tp.topic], tp.partition) for tp in partitions]
         assignment = self._take_over(keys)
         consumer.assign(assignment)
-        halted = [tp for tp, key in zip(assignment, keys, strict=True) if self.state[key].halted]
+        halted = [tp for tp, key in zip(assignment, keys, strict=True) if self.book.state[key].halted]
         if halted:
             consumer.pause(halted)
         log.info("applier %s: took partitions %s", self.zone, sorted(keys))
@@ -220,14 +227,10 @@ class Applier(Rounds, LagReport, PartitionFaults):
     def _on_revoke(self, consumer, partitions) -> None:
         """Group mode: partitions leaving this applier. Every round in flight commits first
         (S003-37: the next owner starts from a committed position, never beside us)."""
-        self._reap(self._in_flight, keep=0)
+        self.rounds.reap(self._in_flight, keep=0)
         keys = [(self._source_of_topic[tp.topic], tp.partition) for tp in partitions]
         for key in keys:
-            self.state.pop(key, None)
-            self._offsets.pop(key, None)
-            self._backlog.pop(key, None)
-            self._held.pop(key, None)
-            self._stops.pop(key, None)
+            self.book.drop(key)
         consumer.unassign()
         log.info("applier %s: gave up partitions %s", self.zone, sorted(keys))
 
@@ -236,8 +239,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
     # (take a round, accept its chains, hold or let through whole transactions, hand it out,
     # follow gaps), and tick() for the once-a-second work.
     def _pass(self, deadline: float | None) -> None:
-        self.state, self._offsets, self._backlog = {}, {}, {}
-        self._held, self._held_since = {}, {}
+        self.book.reset()
         link = _Pass(self.bootstrap())
         link.consumer = self._open_consumer(link)
         # One single-threaded executor per worker: a worker applies its shares in order.
@@ -249,7 +251,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
         try:
             while not self.stopping and (deadline is None or time.monotonic() < deadline):
                 by_partition = self._take_round(link)
-                self._reap(link.in_flight, keep=len(link.in_flight))  # rounds that committed meanwhile
+                self.rounds.reap(link.in_flight, keep=len(link.in_flight))  # rounds that committed meanwhile
                 if link.down_since and time.monotonic() - link.down_since > 5:
                     raise RuntimeError("broker unreachable for 5 s: reconnecting with a fresh bootstrap")
                 jobs, gaps = self._accept(by_partition)
@@ -258,13 +260,13 @@ class Applier(Rounds, LagReport, PartitionFaults):
                     jobs, whole = self._whole_source_transactions(jobs)
                 # once a second, the ages of what is pending, taken before this round is
                 # handed out, while its events are still pending (lag_report.py)
-                pending = self._pending_ages() if time.monotonic() - link.last_tick >= 1.0 else None
+                pending = self.lag.pending_ages() if time.monotonic() - link.last_tick >= 1.0 else None
                 if jobs:
                     self._hand_out(link, jobs, whole)
                 self._follow_gaps(link.consumer, jobs, gaps)
                 if pending is not None:
                     self.tick(link, pending)
-            self._reap(link.in_flight, keep=0)
+            self.rounds.reap(link.in_flight, keep=0)
         finally:
             for lane in link.lanes:
                 lane.shutdown(wait=True)
@@ -303,7 +305,7 @@ class Applier(Rounds, LagReport, PartitionFaults):
                 consumer.subscribe(topic_names, on_assign=self._on_assign, on_revoke=revoke, on_lost=revoke)
             else:
                 every = self._take_over([(s, p) for s in self.sources for p in range(self.partitions)])
-                consumer.assign([tp for tp, st in zip(every, self.state.values(), strict=True) if not st.halted])
+                consumer.assign([tp for tp, st in zip(every, self.book.state.values(), strict=True) if not st.halted])
         except BaseException:
             # (a zone or meta unreachable: closed here, not left to the garbage collector, which
             # a kept traceback delays: a librdkafka instance and its threads per retry)
@@ -334,12 +336,13 @@ class Applier(Rounds, LagReport, PartitionFaults):
     def _accept(self, by_partition: dict) -> tuple[dict, dict]:
         """Step 3 per partition: (accepted chains, gaps), the rows held back from the last
         round first; a transaction's rows whose end has not arrived are held again."""
-        jobs, gaps = {}, {}
-        for key, held in self._held.items():  # a transaction's rows waiting for the rest
+        jobs, gaps, book = {}, {}, self.book
+        for key, held in book.held.items():  # a transaction's rows waiting for the rest
             by_partition[key] = held + by_partition.get(key, [])
-        self._held = {}
+        book.held = {}
+        state = book.state
         for key, items in by_partition.items():
-            filtered = filter_chain(self.state[key].applied_lsn, items)
+            filtered = filter_chain(state[key].applied_lsn, items)
             accepted = self._whole_transactions(key, filtered.accepted) if filtered.accepted else None
             if accepted:
                 jobs[key] = accepted
@@ -353,8 +356,9 @@ class Applier(Rounds, LagReport, PartitionFaults):
         jobs, held = whole_transactions(
             jobs, self._txn_waiting, time.monotonic(), self.settings.txn_hold_timeout, TXN_HOLD_ROWS, TXN_HOLD_ROWS
         )
+        kept = self.book.held
         for key, events in held.items():
-            self._held[key] = events + self._held.get(key, [])
+            kept[key] = events + kept.get(key, [])
         return jobs, bool(self.settings.table_weights) or spans_workers(jobs, self.settings.workers)
 
     def _hand_out(self, link: _Pass, jobs: dict, whole: bool) -> None:
@@ -364,18 +368,18 @@ class Applier(Rounds, LagReport, PartitionFaults):
         workers = self.settings.workers
         for key, chain in jobs.items():
             rounds.setdefault(key[1] % workers, []).append((key, chain))
-        self._run_round(link.lanes, link.in_flight, link.failed, rounds, whole)
+        self.rounds.run(link.lanes, link.in_flight, link.failed, rounds, whole)
 
     def _follow_gaps(self, consumer, jobs: dict, gaps: dict) -> None:
         """Step 3's gaps: progress closes a partition's earlier gap; new gaps, and old ones
         still open, ask for resends (partition_faults.py)."""
-        state = self.state
+        state, on_gap = self.book.state, self.faults.on_gap
         for key in jobs:
             st = state[key]
             st.gap_since, st.resend_attempts, st.request_id = None, 0, None
         for key, st in state.items():
             if not st.halted and (key in gaps or st.gap_since is not None):
-                self._on_gap(consumer, key, gaps.get(key))
+                on_gap(consumer, key, gaps.get(key))
 
     def tick(self, link: _Pass, pending: dict[tuple[str, int], float]) -> None:
         """Once a second: the broker still where it was, operators' halts and resumes, lag
@@ -384,8 +388,8 @@ class Applier(Rounds, LagReport, PartitionFaults):
         now = link.last_tick = time.monotonic()
         if self.bootstrap() != link.bootstrap_used:
             raise RuntimeError("the broker moved (new bootstrap): reconnecting")
-        self._check_status()
-        self._report_lag(link.consumer, pending)
+        self.faults.check_status()
+        self.lag.report(link.consumer, pending)
         self._send_alerts()
         if now - self._last_gc >= 60:
             self._last_gc = now
@@ -397,31 +401,33 @@ class Applier(Rounds, LagReport, PartitionFaults):
         of max_batch new events behind 40k held ones spent most of its time re-reading them
         (session 12: 0.2x native); taking as many new ones as are held keeps that work at
         most twice the events taken."""
-        if not self.settings.atomic_transactions or not self._held:
+        held = self.book.held
+        if not self.settings.atomic_transactions or not held:
             return self.settings.max_batch
-        held = sum(len(events) for events in self._held.values())
-        return max(self.settings.max_batch, min(held, TXN_HOLD_ROWS - held))
+        rows = sum(len(events) for events in held.values())
+        return max(self.settings.max_batch, min(rows, TXN_HOLD_ROWS - rows))
 
     def _whole_transactions(self, key, chain: list) -> list:
         """Step 3's S002-02: the chain up to the last event that ends its transaction in the
-        partition; the rest waits (`_held`) for the event that ends it, read in a later
-        round. Cut inside a message, the applied part records the message before as read,
+        partition; the rest waits (the book's `held`) for the event that ends it, read in a
+        later round. Cut inside a message, the applied part records the message before as read,
         so a restart reads that message again. Rows whose transaction end does not come
         (events of a replicator from before txn_end) go after `txn_hold_timeout`, and so
         do the rows of a transaction too large to hold (a mass update, streamed: more than
         TXN_HOLD_ROWS of its rows in one partition), which is then applied in parts."""
         done, rest = complete_prefix(chain)
+        held_since = self.book.held_since
         if not rest:
-            self._held_since.pop(key, None)
+            held_since.pop(key, None)
             return chain
         now = time.monotonic()
-        since = self._held_since.get(key, now) if not done else now
+        since = held_since.get(key, now) if not done else now
         if now - since >= self.settings.txn_hold_timeout or len(rest) > TXN_HOLD_ROWS:
             log.warning("applier %s: %s: a transaction's end did not arrive: applying its rows", self.zone, key)
-            self._held_since.pop(key, None)
+            held_since.pop(key, None)
             return chain
-        self._held_since[key] = since
-        self._held[key] = rest
+        held_since[key] = since
+        self.book.held[key] = rest
         if done and rest[0][1] == done[-1][1]:
             done[-1] = (done[-1][0], done[-1][1] - 1)
         return done
@@ -434,7 +440,9 @@ class Applier(Rounds, LagReport, PartitionFaults):
         messages (a gap inside one stops the chain there, and what follows comes again
         with the resend), so apply_state's offset + 1 is where the next message starts.
         """
-        decode, source_of, state, backlogs = decode_message, self._source_of_topic, self.state, self._backlog
+        book = self.book
+        decode, source_of, state, backlogs = decode_message, self._source_of_topic, book.state, book.backlog
+        per_message = book.per_message
         events, delivered = 0, False
         for i, msg in enumerate(msgs):
             if events >= budget:
@@ -450,19 +458,19 @@ class Applier(Rounds, LagReport, PartitionFaults):
             try:
                 batch = decode(msg.value())
             except EventError as exc:
-                self._halt(consumer, key, f"malformed message at offset {offset}: {exc}")
+                self.faults.halt(consumer, key, f"malformed message at offset {offset}: {exc}")
                 continue
             backlog = backlogs.get(key)
             if backlog is not None:  # its timestamp, for seconds behind (lag_report.py)
                 backlog.on_read(offset, batch[-1].lsn, message_time(msg, batch[0]))
             if batch[0].is_retry or batch[-1].is_retry:
-                st.retry_seen = time.monotonic()  # a resend is arriving (partition_faults._on_gap)
+                st.retry_seen = time.monotonic()  # a resend is arriving (partition_faults.on_gap)
             chain = by_partition.get(key)
             if chain is None:
                 chain = by_partition[key] = []
             chain += [(event, offset) for event in batch]
             events += len(batch)
-            self._per_message[key] = len(batch)
+            per_message[key] = len(batch)
         return events, delivered, []
 
 

@@ -54,8 +54,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, TopicPartition
+
+if TYPE_CHECKING:
+    from zonesync.apply.loop.settings import ApplierSettings
+    from zonesync.meta.db import MetaConfig
+    from zonesync.meta.outage import MetaOutage
 
 
 def seconds_behind(
@@ -135,29 +141,52 @@ def message_time(msg, first_event) -> float:
     return ms / 1000.0 if kind != TIMESTAMP_NOT_AVAILABLE and ms > 0 else float(first_event.commit_ts)
 
 
-class LagReport:
-    """Reporting lag (a part of Applier: uses its state, offsets and meta)."""
+class LagReporter:
+    """Reporting lag: given the partitions' book (positions, backlogs, message sizes), the
+    settings, the zone, how a source's topic is named, meta and its outage (figures are
+    dropped while it is down) and the alert function (lag_warning)."""
 
-    def _pending_ages(self) -> dict[tuple[str, int], float]:
+    def __init__(
+        self,
+        book,  # partitions.PartitionBook (which imports Backlog from here)
+        settings: ApplierSettings,
+        zone: str,
+        topic_of,
+        meta: MetaConfig,
+        meta_outage: MetaOutage,
+        alert,
+    ):
+        self.book = book
+        self.settings = settings
+        self.zone = zone
+        self.topic_of = topic_of
+        self.meta = meta
+        self.meta_outage = meta_outage
+        self.alert = alert
+        self.warned: set[tuple[str, int]] = set()  # partitions past lag_warning_s, alerted once
+
+    def pending_ages(self) -> dict[tuple[str, int], float]:
         """Per partition, the age of the oldest pending message read, taken before a round
         is handed out (its messages are pending then)."""
         now = time.time()
-        return {key: age for key, backlog in self._backlog.items() if (age := backlog.read_age(now)) > 0.0}
+        return {key: age for key, backlog in self.book.backlog.items() if (age := backlog.read_age(now)) > 0.0}
 
-    def _report_lag(self, consumer, pending: dict[tuple[str, int], float] | None = None) -> None:
-        rows = self._lag_figures(consumer, pending or {})
+    def report(self, consumer, pending: dict[tuple[str, int], float] | None = None) -> None:
+        rows = self.figures(consumer, pending or {})
         for source, _, partition, _, behind, seconds in rows:
-            self._warn_lag(source, partition, behind, seconds)
+            self._warn(source, partition, behind, seconds)
         if rows:
-            self.meta_outage.call(self._write_lag, rows)
+            self.meta_outage.call(self.write, rows)
 
-    def _lag_figures(self, consumer, pending: dict[tuple[str, int], float]) -> list[tuple]:
+    def figures(self, consumer, pending: dict[tuple[str, int], float]) -> list[tuple]:
         """(source, target, partition, applied LSN, events behind, seconds behind) per
         partition, now, or as of before the round just applied (`pending`, from
-        _pending_ages) where that was more: cheap, no broker round trip."""
+        pending_ages) where that was more: cheap, no broker round trip."""
         rows = []
         now = time.time()
-        for (source, partition), st in self.state.items():
+        book = self.book
+        offsets, per_message, backlogs = book.offsets, book.per_message, book.backlog
+        for (source, partition), st in book.state.items():
             try:
                 # the high watermark the last fetch brought (no broker round trip); a
                 # partition nothing was fetched from yet reports a negative one: skip it
@@ -168,9 +197,9 @@ class LagReport:
                 continue
             # Kafka counts messages; a message holds one event or a burst of them: the
             # events behind are estimated by the size of the last message read from it
-            messages = max(0, high - (self._offsets.get((source, partition), -1) + 1))
-            behind = messages * self._per_message.get((source, partition), 1)
-            backlog = self._backlog.get((source, partition))
+            messages = max(0, high - (offsets.get((source, partition), -1) + 1))
+            behind = messages * per_message.get((source, partition), 1)
+            backlog = backlogs.get((source, partition))
             seconds = pending.get((source, partition), 0.0)
             if backlog is not None:
                 backlog.observe(high, now)
@@ -178,19 +207,19 @@ class LagReport:
             rows.append((source, self.zone, partition, st.applied_lsn, behind, seconds))
         return rows
 
-    def _warn_lag(self, source: str, partition: int, behind: int, seconds: float) -> None:
+    def _warn(self, source: str, partition: int, behind: int, seconds: float) -> None:
         key = (source, partition)
-        if seconds >= self.settings.lag_warning_s and key not in self._lag_warned:
-            self._lag_warned.add(key)
+        if seconds >= self.settings.lag_warning_s and key not in self.warned:
+            self.warned.add(key)
             self.alert(
                 "lag_warning",
                 {"source": source, "partition": partition, "behind_events": behind,
                  "behind_seconds": round(seconds, 1), "threshold_s": self.settings.lag_warning_s},
             )  # fmt: skip
         elif seconds < self.settings.lag_warning_s / 2:
-            self._lag_warned.discard(key)
+            self.warned.discard(key)
 
-    def _write_lag(self, rows: list[tuple]) -> None:
+    def write(self, rows: list[tuple]) -> None:
         conn = self.meta.connect()
         try:
             with conn.cursor() as cur:

@@ -17,13 +17,41 @@ import time
 from confluent_kafka import TopicPartition
 
 from zonesync.apply.errors import BEHIND, PartitionsStopped, TableMissing
+from zonesync.apply.loop.partitions import PartitionBook
+from zonesync.apply.loop.settings import ApplierSettings
+from zonesync.meta.db import MetaConfig
+from zonesync.meta.outage import MetaOutage
 
 log = logging.getLogger("zonesync.applier")
 
 
 class PartitionFaults:
-    """The applier's fault paths per partition (a part of Applier: uses its state,
-    writer, consumer and alerts)."""
+    """The fault paths per partition: given the partitions' book, the settings, the zone,
+    how a source's topic is named, meta and its outage, the calling thread's writer
+    (`writer()`: halts, apply_state), the alert function, and what to do with a
+    stopped batch's result (`record(result)`: count its changes, alert its locked rows)."""
+
+    def __init__(
+        self,
+        book: PartitionBook,
+        settings: ApplierSettings,
+        zone: str,
+        topic_of,
+        meta: MetaConfig,
+        meta_outage: MetaOutage,
+        writer,
+        alert,
+        record,
+    ):
+        self.book = book
+        self.settings = settings
+        self.zone = zone
+        self.topic_of = topic_of
+        self.meta = meta
+        self.meta_outage = meta_outage
+        self.writer = writer
+        self.alert = alert
+        self.record = record
 
     def _request_resend(self, source: str, partition: int, from_lsn: int) -> int:
         _, request_id = self.meta.run(
@@ -36,7 +64,7 @@ class PartitionFaults:
         rows, _ = self.meta.run("SELECT status, detail FROM resend_requests WHERE id = %s", (request_id,))
         return (rows[0][0], rows[0][1]) if rows else ("failed", "request vanished")
 
-    def _on_gap(self, consumer, key, gap) -> None:
+    def on_gap(self, consumer, key, gap) -> None:
         """Ask for a resend; count a resend as failed only once the replicator served it.
 
         A request still pending (the replicator is down or busy) is waited for, not
@@ -44,7 +72,7 @@ class PartitionFaults:
         the replicator refused, lead to a halt.
         """
         source, partition = key
-        st = self.state[key]
+        st = self.book.state[key]
         now = time.monotonic()
         if st.gap_since is None:
             st.gap_since = now
@@ -67,7 +95,7 @@ class PartitionFaults:
             return
         status, detail = self.meta_outage.call(self._request_status, st.request_id, default=("pending", ""))
         if status == "failed":
-            self._halt(consumer, key, f"resend from LSN {st.applied_lsn} impossible: {detail}")
+            self.halt(consumer, key, f"resend from LSN {st.applied_lsn} impossible: {detail}")
         elif status == "done":
             # The resent events come after whatever the applier still has to read first (a
             # long retained tail, a mirror's lag): the resend failed only if they arrived and
@@ -80,7 +108,7 @@ class PartitionFaults:
                 return
             if st.resend_attempts >= self.settings.max_resends:
                 tries = self.settings.max_resends
-                self._halt(consumer, key, f"gap after LSN {st.applied_lsn} not repaired by {tries} resends")
+                self.halt(consumer, key, f"gap after LSN {st.applied_lsn} not repaired by {tries} resends")
                 return
             request_id = self.meta_outage.call(self._request_resend, source, partition, st.applied_lsn)
             if request_id is not None:
@@ -90,40 +118,40 @@ class PartitionFaults:
         else:
             st.last_request = now  # still pending: keep waiting
 
-    def _halt(self, consumer, key, detail: str) -> None:
+    def halt(self, consumer, key, detail: str) -> None:
         source, partition = key
-        st = self.state[key]
+        st = self.book.state[key]
         st.halted = True
-        self._held.pop(key, None)
+        self.book.held.pop(key, None)
         consumer.pause([TopicPartition(self.topic_of(source), partition)])
         # (the committed position: st.applied_lsn counts rounds handed out, which now fail their claim)
-        applied = self._writer().halt(source, partition, detail)
+        applied = self.writer().halt(source, partition, detail)
         self.alert(
             "partition_halted",
             {"source": source, "partition": partition, "applied_lsn": applied, "detail": detail},
         )
 
-    def _check_status(self) -> None:
+    def check_status(self) -> None:
         """Operators' instructions, read once a second (seed S003-33): a partition halted here
         and set running again (`zonesync resume`), or one running here and halted (`zonesync
         halt`, ROLLBACK; `zonesync restart` is a halt, then a resume): start the pass over,
         which takes each partition from apply_state as it now stands (a halted one paused;
         rounds in flight for it fail their claim, so nothing of them lands)."""
-        recorded = self._writer().state()
+        recorded, state = self.writer().state(), self.book.state
         changed = [
-            key for key, st in self.state.items() if st.halted != (recorded.get(key, (0, -1, "running"))[2] == "halted")
+            key for key, st in state.items() if st.halted != (recorded.get(key, (0, -1, "running"))[2] == "halted")
         ]
         if changed:
             raise RuntimeError(f"partitions {changed} were halted or resumed: taking them from apply_state")
 
-    def _halt_table_missing(self, exc: TableMissing) -> None:
+    def halt_table_missing(self, exc: TableMissing) -> None:
         """Halt every partition whose events need the missing table (its batch rolled back,
         nothing of it applied); the next pass leaves them out and the others go on."""
         if not exc.keys:
             log.warning("applier %s: %s: restarting from apply_state", self.zone, exc)
             time.sleep(0.5)
             return
-        writer = self._writer()
+        writer = self.writer()
         for source, partition in sorted(exc.keys):
             detail = (
                 f"table {exc.table} is missing in the target or has no primary key: create it, then "
@@ -134,39 +162,36 @@ class PartitionFaults:
                 "partition_halted", {"source": source, "partition": partition, "table": exc.table, "detail": detail}
             )
 
-    def _partitions_stopped(self, exc: PartitionsStopped) -> None:
+    def partitions_stopped(self, exc: PartitionsStopped) -> None:
         """What the writer committed is counted and its locks alerted; each stopped partition
         is retried (the pass restarts from apply_state) while its event stays stopped:
         - waiting for its row's earlier versions (decide.py, "Waiting"), for up to
           `behind_timeout` seconds; then the writer is told to lock that row
-          (`_expired_waits`) and the next attempt goes on past it;
+          (the book's `expired_waits`) and the next attempt goes on past it;
         - in conflict on a unique key, for up to `unique_conflict_timeout` seconds; then
           the partition halts with an alert."""
-        with self._count_lock:
-            self.applied += exc.result.applied
-        for source, table, pk, reason in exc.result.locked:
-            self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
-        now = time.monotonic()
+        self.record(exc.result)
+        stops, now = self.book.stops, time.monotonic()
         for source, partition, lsn, detail, kind in exc.blocked:
             key = (source, partition)
-            stop = self._stops.get(key)
+            stop = stops.get(key)
             since = stop[1] if stop and stop[0] == lsn else now
             timeout = self.settings.behind_timeout if kind == BEHIND else self.settings.unique_conflict_timeout
             if now - since < timeout:
-                self._stops[key] = (lsn, since)
+                stops[key] = (lsn, since)
                 log.warning("applier %s: %s: retrying serially", self.zone, detail)
                 continue
             if kind == BEHIND:
-                self._stops[key] = (lsn, since)  # still serial: the next attempt locks the row
-                self._expired_waits.add((source, partition, lsn))
+                stops[key] = (lsn, since)  # still serial: the next attempt locks the row
+                self.book.expired_waits.add((source, partition, lsn))
                 log.warning("applier %s: %s: waited %g s: locking the row", self.zone, detail, timeout)
                 continue
-            self._stops.pop(key, None)
+            stops.pop(key, None)
             detail = (
                 f"{detail}: still in conflict after {timeout:g} s; another row holds the value "
                 f"in the target: change or remove it, then `zonesync resume --zone {self.zone} --source {source} "
                 f"--partition {partition}`"
             )
-            self._writer().halt(source, partition, detail)
+            self.writer().halt(source, partition, detail)
             self.alert("partition_halted", {"source": source, "partition": partition, "lsn": lsn, "detail": detail})
         time.sleep(0.1)

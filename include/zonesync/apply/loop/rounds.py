@@ -3,7 +3,7 @@
 A round's shares go to single-threaded lanes, worker p % workers for partition p,
 so a key (one partition number in every source) is applied by one worker, in
 order. Rounds overlap (`rounds_in_flight`): the loop reads and decodes the next
-round while the target commits this one; `_reap` records rounds in the order
+round while the target commits this one; `reap` records rounds in the order
 they were handed out, and a failed share stops every later one on its worker
 (`failed`) so no later round commits past a rolled-back one. A small round, a
 round while a partition stands stopped (serial retries), and weighted rounds run
@@ -15,18 +15,30 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+from zonesync.apply.loop.partitions import PartitionBook
+from zonesync.apply.loop.settings import ApplierSettings
+
 
 class Rounds:
-    """Applying rounds (a part of Applier: uses its state, writers, counters and alerts)."""
+    """Applying rounds: given the partitions' book (chains handed out count as applied;
+    offsets, backlogs and stops as they commit), the settings, the calling thread's
+    writer (`writer()`), and what to do with a share's result (`record(result)`: count
+    its changes, alert its locked rows)."""
 
-    def _run_round(
+    def __init__(self, book: PartitionBook, settings: ApplierSettings, writer, record):
+        self.book = book
+        self.settings = settings
+        self.writer = writer
+        self.record = record
+
+    def run(
         self, lanes, in_flight: deque, failed: threading.Event, rounds: dict[int, list], whole: bool = False
     ) -> None:
         """Hand one round to the workers (worker i's share to lane i), or apply it here.
 
         The chains count as applied from now on for continuity (the next round's first
         events follow them); their offsets and commit times are recorded when the round
-        committed (`_reap`). Weight levels (Otter's 权重): a level starts only when the
+        committed (`reap`). Weight levels (Otter's 权重): a level starts only when the
         previous one committed in every worker, so rows of a heavier table (a child) never
         land before the lighter ones (its parent) of the same round; such rounds run to
         their commit before the loop goes on. `whole` (atomic_transactions: a source
@@ -34,31 +46,32 @@ class Rounds:
         transaction on one connection, tables in weight order inside it (writer.py).
         """
         shares = list(rounds.values())
+        state = self.book.state
         for share in shares:
             for key, chain in share:
-                self.state[key].applied_lsn = chain[-1][0].lsn
+                state[key].applied_lsn = chain[-1][0].lsn
         small = sum(len(chain) for share in shares for _, chain in share) <= self.settings.small_round
-        small = small or bool(self._stops)  # one connection, one serial order (writer.py)
+        small = small or bool(self.book.stops)  # one connection, one serial order (writer.py)
         weights = self.settings.table_weights
         if (small or weights or whole) and in_flight:
-            self._reap(in_flight, keep=0)  # the round below runs outside the lanes' order
+            self.reap(in_flight, keep=0)  # the round below runs outside the lanes' order
         if whole:
             everything = [item for share in shares for item in share]
             self._apply_share(_changes(everything), _positions(everything))
-            self._committed(shares)
+            self.committed(shares)
             return
         if small:
             # A small round is one transaction on one connection: in a quiet stream a round
             # is a few events, and its latency (one commit, no hand-off) is what counts.
             # Nothing is in flight, so this thread may apply any partition's chain.
             self._apply_levels([[item for share in shares for item in share]])
-            self._committed(shares)
+            self.committed(shares)
             return
         if weights:
             self._apply_levels(shares, lanes)
-            self._committed(shares)
+            self.committed(shares)
             return
-        self._reap(in_flight, keep=self.settings.rounds_in_flight - 1)
+        self.reap(in_flight, keep=self.settings.rounds_in_flight - 1)
         futures = [
             lanes[lane].submit(self._lane_share, failed, _changes(share), _positions(share))
             for lane, share in rounds.items()
@@ -74,26 +87,29 @@ class Rounds:
             failed.set()
             raise
 
-    def _reap(self, in_flight: deque, keep: int) -> None:
+    def reap(self, in_flight: deque, keep: int) -> None:
         """Wait until at most `keep` rounds are in flight; record those that committed, in
         order. A failed share re-raises here: the pass restarts from apply_state."""
         while in_flight and (len(in_flight) > keep or all(f.done() for f in in_flight[0][0])):
             futures, shares = in_flight.popleft()
             for fut in futures:
                 fut.result()
-            self._committed(shares)
+            self.committed(shares)
 
-    def _committed(self, shares) -> None:
+    def committed(self, shares) -> None:
+        """Shares that committed: their partitions' offsets, backlogs and stops."""
+        book = self.book
+        offsets, backlogs, stops, expired_waits = book.offsets, book.backlog, book.stops, book.expired_waits
         for share in shares:
             for key, chain in share:
                 last_event, last_offset = chain[-1]
-                self._offsets[key] = last_offset
-                backlog = self._backlog.get(key)
+                offsets[key] = last_offset
+                backlog = backlogs.get(key)
                 if backlog is not None:
                     backlog.on_commit(last_event.lsn)  # what it read up to here is applied (lag_report.py)
-                if key in self._stops and last_event.lsn >= self._stops[key][0]:
-                    del self._stops[key]  # its stopped event is applied (or its row locked)
-                    self._expired_waits.difference_update([w for w in self._expired_waits if w[:2] == key])
+                if key in stops and last_event.lsn >= stops[key][0]:
+                    del stops[key]  # its stopped event is applied (or its row locked)
+                    expired_waits.difference_update([w for w in expired_waits if w[:2] == key])
 
     def _apply_levels(self, shares: list[list], lanes=None) -> None:
         """Apply shares to their commit: level by level (one level without weights),
@@ -125,11 +141,7 @@ class Rounds:
                 fut.result()  # re-raises: the pass restarts from apply_state
 
     def _apply_share(self, changes, positions) -> None:
-        result = self._writer().apply_many(changes, positions)
-        with self._count_lock:
-            self.applied += result.applied
-        for source, table, pk, reason in result.locked:
-            self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
+        self.record(self.writer().apply_many(changes, positions))
 
 
 def _changes(share) -> list:
