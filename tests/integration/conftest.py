@@ -68,7 +68,7 @@ def zone_a_alone(meta, zones, broker, test_cfg):
 @pytest.fixture
 def cli_on_cluster(cluster, monkeypatch):
     """The command line reads the cluster's private topics, partitioned as the cluster is."""
-    from zonesync import transport
+    from zonesync.runtime import transport
 
     monkeypatch.setattr(transport, "topic", cluster.topic)
     monkeypatch.setenv("ZONESYNC_KAFKA_PARTITIONS", str(cluster.partitions))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zonesync import transport
+from zonesync.runtime import transport
 from zonesync.user_files import BINARY, DENIED, DIRECTORY, MISSING, NOT_UTF8, UserFileError, read_user_text
 
 pytestmark = pytest.mark.unit

@@ -18,10 +18,10 @@ from collections import deque
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from zonesync import transport
 from zonesync.capture.checkpoints import Checkpoint
 from zonesync.capture.faults import EventTooLarge
 from zonesync.events import ChangeEvent, decode_message, encode_messages
+from zonesync.runtime import transport
 
 
 class DeliveryError(RuntimeError):

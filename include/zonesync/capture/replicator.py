@@ -59,7 +59,6 @@ import time
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from zonesync import transport
 from zonesync.capture import resend_plan
 from zonesync.capture.binlog import registered_reader
 from zonesync.capture.binlog_stream import open_reader
@@ -89,6 +88,7 @@ from zonesync.events import (
 from zonesync.meta import resends, topics
 from zonesync.meta.db import MetaConfig
 from zonesync.meta.outage import MetaOutage
+from zonesync.runtime import transport
 
 log = logging.getLogger("zonesync.replicator")
 SKIP_REPLICATION_FLAG = 0x8000

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         from zonesync.airflow_api import AirflowApiError
         from zonesync.dev import broker, env, mariadb, procs
         from zonesync.meta.db import MetaError
-        from zonesync.transport import TransportError
+        from zonesync.runtime.transport import TransportError
 
         known = (
             env.EnvError,

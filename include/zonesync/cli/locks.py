@@ -54,9 +54,9 @@ def _lock_change(args) -> int:
     """locks add (a manual lock: the row's events are held from now on, as for a mismatch)
     and locks resolve (unlock; a manual lock's held events are applied in order, or skipped
     by version). Exit 2 names a missing or unusable field."""
-    from zonesync import transport
     from zonesync.apply.tools import lock_commands as locks
     from zonesync.meta import alerts
+    from zonesync.runtime import transport
 
     need = ["--table", "--pk"] + (["--reason"] if args.action == "add" else [])
     missing = [f for f in need if not getattr(args, f[2:].replace("-", "_"))]

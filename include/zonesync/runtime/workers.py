@@ -12,8 +12,9 @@ import logging
 import os
 import signal
 
-from zonesync import config, transport
+from zonesync import config
 from zonesync.meta.db import MetaConfig
+from zonesync.runtime import transport
 from zonesync.runtime.endpoints import zone_endpoint
 
 

@@ -68,7 +68,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from zonesync import transport
 from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.apply.errors import PartitionsStopped, TableMissing
 from zonesync.apply.loop.atomic_rounds import spans_workers, whole_transactions
@@ -82,6 +81,7 @@ from zonesync.events import ChangeEvent, EventError, decode_message
 from zonesync.meta import alerts, topics
 from zonesync.meta.db import META_DOWN, MetaConfig
 from zonesync.meta.outage import MetaOutage
+from zonesync.runtime import transport
 
 log = logging.getLogger("zonesync.applier")
 TXN_HOLD_ROWS = 50_000  # the replicator's large_txn_rows: a larger transaction is streamed

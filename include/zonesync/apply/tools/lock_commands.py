@@ -305,7 +305,7 @@ def _read(topic: str, partition: int, first: int, last: int | None, bootstrap, t
     """Messages `first` .. `last` (None: up to the end) of one partition, decoded."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from zonesync import transport
+    from zonesync.runtime import transport
 
     consumer = Consumer(transport.consumer_config(bootstrap(), "zonesync-locks"))
     try:
