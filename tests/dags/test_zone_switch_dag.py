@@ -1,7 +1,7 @@
 """zone_switch through Airflow's dag.test(): real zones, replication threads, guards.
 
 The protocol's failure cases are covered step by step in
-tests/integration/test_switch_steps.py; here: the wiring. The happy path ends
+tests/integration/switch/test_switch_steps.py; here: the wiring. The happy path ends
 with the new owner ACTIVE; a push nobody acks ends in rollback and a failed run;
 wait_sync defers to its trigger until the applier catches up; bad params are
 refused before any task runs.

@@ -5,7 +5,7 @@ stream's own event classes built from headers, against a pass state whose delive
 records: which handler an event class gets, what a transaction queues at its commit, what
 an applier's transaction and a DDL leave, how a large transaction is counted, then read
 again and streamed, and what a checkpoint of the pass holds. The loop and the tick against
-a real binlog and broker: integration/test_replication.py and the capture tests.
+a real binlog and broker: integration/mesh/test_replication.py and the capture tests.
 """
 
 from __future__ import annotations

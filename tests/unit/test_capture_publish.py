@@ -1,6 +1,6 @@
 """Step 4 of the replicator (capture/publish.py): a committed transaction's rows as
 ChangeEvents, queued per partition. The Python path (rows given as lists of images; the C
-module's NativeRows are checked against it in integration/test_native_rows.py).
+module's NativeRows are checked against it in integration/capture/test_native_rows.py).
 
 The rules: each row's LSN is (binlog file, end of its rows event, row index in it); its
 partition is events.partition_of of its table and key text; prev_lsn is the partition's

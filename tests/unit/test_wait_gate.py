@@ -1,5 +1,5 @@
 """The gate's waiting rules (switch/gate.py's wait_gate), on a scripted meta store and a
-fake clock: no server, no real sleeping. integration/test_switch_gate.py runs the same
+fake clock: no server, no real sleeping. integration/switch/test_switch_gate.py runs the same
 gates against the real meta store.
 
 What is checked here is when the orchestrator is asked for the predecessor's state and

@@ -2,7 +2,7 @@
 the poke mode whose timeout is recognised by its type, never by its text.
 
 The meta store and the zones are replaced by scripted answers; the real wait_sync
-runs in tests/dags/test_zone_switch_dag.py and tests/integration/test_switch_steps.py.
+runs in tests/dags/test_zone_switch_dag.py and tests/integration/switch/test_switch_steps.py.
 """
 
 from __future__ import annotations

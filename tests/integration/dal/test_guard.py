@@ -31,7 +31,7 @@ from zonesync.meta.db import MetaConfig
 from zonesync.meta.store import MetaStore
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def rows(zones, zone, table="tenants"):
