@@ -47,7 +47,9 @@ def plan(meta: MetaConfig, zone: str, store: CheckpointStore, binlog_files, cp: 
         starts.append(found)
         out.request_ids.append(rid)
     if starts:
-        out.partitions = {p for _, p, _ in requests}
+        # only the served requests' partitions: a failed one's partition is halted for a
+        # full copy, and re-publishing it would only send its applier duplicates
+        out.partitions = {p for rid, p, _ in requests if rid in out.request_ids}
         out.until = max(cp.published_hwm, max(c.published_hwm for c in starts))
         out.start = min(starts, key=lambda c: c.lsn)
     return out
