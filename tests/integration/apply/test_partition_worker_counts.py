@@ -157,6 +157,12 @@ def _wait_progress(writers, fraction: float, timeout: float = 30) -> None:
     )
 
 
+def _shared_out(rec: Recorder, run: int) -> bool:
+    """Has applier run `run` of this target handed a round to its workers?"""
+    with rec.lock:
+        return any(r == run for r, _ in rec.lanes)
+
+
 @pytest.fixture
 def clean_replication(meta, zones, guard_env):
     reset_state(zones, meta)
@@ -188,6 +194,14 @@ def test_per_key_order_holds_for_any_partition_and_worker_count(
             applier.writer_factory = recorders[z].wrap(applier.writer_factory, run)
             cluster.appliers[z] = applier
         cluster.start(which=("applier",))
+        # each run must share out a round before it is stopped: a run stopped while its
+        # appliers were still starting (a loaded machine) would test nothing
+        wait_until(
+            lambda: all(_shared_out(rec, run) for rec in recorders.values()),
+            60,
+            f"run {run}'s appliers shared out a round in every target",
+            step=0.02,
+        )
 
     try:
         cluster.start(which=("replicator",))
