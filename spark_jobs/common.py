@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import urllib.parse
 
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
 def add_zone_args(parser: argparse.ArgumentParser) -> None:
@@ -79,4 +82,22 @@ def read_table_partitioned(spark, url: str, props: dict, table: str, key: str, p
         upperBound=int(bounds["hi"]) + 1,
         numPartitions=partitions,
         properties=props,
+    )
+
+
+def db_connect(url: str, props: dict):
+    """A DB-API connection (the driver's own statements: planning, merges) to the zone a
+    jdbc:mysql://host:port/db URL names, with the JDBC properties' user and password."""
+    import pymysql
+
+    parsed = urllib.parse.urlparse(url[len("jdbc:") :])
+    return pymysql.connect(
+        host=parsed.hostname,
+        port=parsed.port or 3306,
+        user=props.get("user", "root"),
+        password=props.get("password", ""),
+        database=parsed.path.lstrip("/") or None,
+        autocommit=False,
+        init_command="SET time_zone = '+00:00'",
+        connect_timeout=10,
     )

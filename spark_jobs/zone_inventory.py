@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # run by spark-submit as a file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spark_jobs.common import add_zone_args, build_session, read_table_partitioned, zone_props  # noqa: E402
-
-IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+from spark_jobs.common import IDENT, add_zone_args, build_session, read_table_partitioned, zone_props  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,0 +1,146 @@
+"""A table's key-range chunks: planned once, kept in the target, done with their rows.
+
+Planning walks the source's primary-key index in steps of `chunk_rows` (the way
+pt-table-checksum nibbles): each boundary is the key `chunk_rows` rows after the
+last one, read from the index alone, so planning a 10M-row table reads 10M index
+entries once and no row. The chunks cover the whole key space, (-inf, b1], (b1,
+b2], …, (bn, +inf): a row inserted anywhere later still falls in exactly one, and a
+chunk's rows are read `WHERE key > lo AND key <= hi` (seed S000-77: keyed, never an
+OFFSET over the rows, so deletes behind the copy shift nothing).
+
+The plan is written to the target's zonesync.copy_chunks once (a re-run reads it
+back); a chunk becomes 'done' in the same transaction as the rows it merged.
+"""
+
+from __future__ import annotations
+
+import json
+
+from zonesync.copy.request import CopyRefused
+
+INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "bigint")
+
+
+def q(name: str) -> str:
+    return f"`{name}`"
+
+
+def key_columns(conn, schema: str, table: str) -> list[tuple[str, str]]:
+    """(column, data type) of the table's primary key, in key order."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT k.COLUMN_NAME, c.DATA_TYPE FROM information_schema.KEY_COLUMN_USAGE k "
+            "JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA AND c.TABLE_NAME = k.TABLE_NAME "
+            "AND c.COLUMN_NAME = k.COLUMN_NAME WHERE k.TABLE_SCHEMA = %s AND k.TABLE_NAME = %s "
+            "AND k.CONSTRAINT_NAME = 'PRIMARY' ORDER BY k.ORDINAL_POSITION",
+            (schema, table),
+        )
+        rows = cur.fetchall()
+    conn.commit()
+    return [(c, t.lower()) for c, t in rows]
+
+
+def check_copyable(conn, schema: str, table: str, zone: str) -> list[str]:
+    """The table's key columns; CopyRefused when the copy cannot keep its promises for it."""
+    key = key_columns(conn, schema, table)
+    if not key:
+        raise CopyRefused(f"tables: {table} is missing in zone {zone} or has no primary key; create it there first")
+    odd = [f"{c} ({t})" for c, t in key if t not in INTEGER_TYPES]
+    if odd:
+        raise CopyRefused(
+            f"tables: {table}'s primary key has non-integer columns {', '.join(odd)}; full copy keys tombstones by "
+            "integer keys only (docs/copy.md)"
+        )
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND NON_UNIQUE = 0 AND INDEX_NAME <> 'PRIMARY'",
+            (schema, table),
+        )
+        unique = [r[0] for r in cur.fetchall()]
+    conn.commit()
+    if unique:
+        raise CopyRefused(
+            f"tables: {table} has unique keys besides its primary key ({', '.join(unique)}); a version-guarded "
+            "upsert could meet another row through them, so full copy does not take such tables yet (docs/copy.md)"
+        )
+    return [c for c, _ in key]
+
+
+def row_key(cols: list[str]) -> str:
+    return q(cols[0]) if len(cols) == 1 else "(" + ", ".join(q(c) for c in cols) + ")"
+
+
+def literal(values: list[int]) -> str:
+    ints = [str(int(v)) for v in values]
+    return ints[0] if len(ints) == 1 else "(" + ", ".join(ints) + ")"
+
+
+def predicate(cols: list[str], lo: list[int] | None, hi: list[int] | None) -> str:
+    """The WHERE condition of one chunk (pure)."""
+    parts = []
+    if lo is not None:
+        parts.append(f"{row_key(cols)} > {literal(lo)}")
+    if hi is not None:
+        parts.append(f"{row_key(cols)} <= {literal(hi)}")
+    return " AND ".join(parts) or "1 = 1"
+
+
+def plan(conn, table: str, cols: list[str], chunk_rows: int) -> list[tuple[list[int] | None, list[int] | None]]:
+    """Chunk bounds (lo, hi) over the source's current keys (see above)."""
+    bounds: list[list[int]] = []
+    key_list = ", ".join(q(c) for c in cols)
+    with conn.cursor() as cur:
+        while True:
+            where = f"WHERE {row_key(cols)} > {literal(bounds[-1])} " if bounds else ""
+            cur.execute(
+                f"SELECT {key_list} FROM {q(table)} FORCE INDEX (PRIMARY) {where}ORDER BY {key_list} "
+                f"LIMIT 1 OFFSET {int(chunk_rows) - 1}"
+            )
+            row = cur.fetchone()
+            if row is None:
+                break
+            bounds.append([int(v) for v in row])
+    conn.commit()
+    edges: list[list[int] | None] = [None, *bounds, None]
+    return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
+
+
+def ensure_plan(target_conn, source_conn, run_id: str, table: str, cols: list[str], chunk_rows: int) -> list[dict]:
+    """The table's chunks for this run as the target keeps them: planned now if it has
+    none yet (one transaction), else read back."""
+    chunks = read(target_conn, run_id, table)
+    if chunks:
+        return chunks
+    planned = plan(source_conn, table, cols, chunk_rows)
+    with target_conn.cursor() as cur:
+        cur.executemany(
+            "INSERT IGNORE INTO zonesync.copy_chunks (run_id, table_name, chunk_no, lo, hi) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            [
+                (run_id, table, n, None if lo is None else json.dumps(lo), None if hi is None else json.dumps(hi))
+                for n, (lo, hi) in enumerate(planned)
+            ],
+        )
+    target_conn.commit()
+    return read(target_conn, run_id, table)
+
+
+def read(conn, run_id: str, table: str | None = None) -> list[dict]:
+    where, args = "run_id = %s", [run_id]
+    if table is not None:
+        where, args = where + " AND table_name = %s", [*args, table]
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT table_name, chunk_no, lo, hi, status, rows_read, rows_landed, done_at FROM zonesync.copy_chunks "
+            f"WHERE {where} ORDER BY table_name, chunk_no",
+            args,
+        )
+        rows = cur.fetchall()
+    conn.commit()
+    return [
+        {"table": t, "chunk": int(n), "lo": None if lo is None else json.loads(lo),
+         "hi": None if hi is None else json.loads(hi), "status": st, "rows_read": int(rr), "rows_landed": int(rl),
+         "done_at": done}
+        for t, n, lo, hi, st, rr, rl, done in rows
+    ]  # fmt: skip

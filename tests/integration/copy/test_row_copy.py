@@ -1,0 +1,79 @@
+"""The row copy (spark_jobs/full_copy.py) against real zones, with no stream running:
+key-range chunks, the version rule, tombstones, resuming after a stop."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs import full_copy
+from tests.integration.copy.conftest import copy_args
+from tests.support.replication import checksum, reset_state
+from zonesync.copy import chunks
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _fill(inst, rows, table: str = "tenants") -> None:
+    """rows: (tenant_id, name, origin, version)."""
+    conn = inst.connect("zonesync_app")
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION skip_replication = 1")
+        cur.executemany(f"INSERT INTO {table} (tenant_id, name, _zs_origin, _zs_version) VALUES (%s, %s, %s, %s)", rows)
+    conn.commit()
+    conn.close()
+
+
+def _rows(inst) -> dict[int, tuple]:
+    return {r[0]: (r[1], r[3], r[4]) for r in checksum(inst)}
+
+
+@pytest.fixture
+def empty(zones, meta, clean_copies):
+    reset_state(zones, meta)
+    yield
+    reset_state(zones, meta)
+
+
+def test_a_copy_into_an_empty_zone_equals_the_source(zones, spark, tmp_path, empty):
+    _fill(zones["a"], [(i, f"t{i}", 1, 1000 + i) for i in range(1, 2601)])
+    result = full_copy.run(spark, copy_args(zones, tmp_path, "r1", "a", "b"))
+    assert result["tenants"]["chunks"] == 6 and result["tenants"]["rows"] == 2600  # 5 full chunks and the tail
+    assert checksum(zones["b"]) == checksum(zones["a"])
+    done = chunks.read(zones["b"].connect(), "r1", "tenants")
+    assert [c["status"] for c in done] == ["done"] * 6 and sum(c["rows_read"] for c in done) == 2600
+
+
+def test_newer_rows_and_tombstones_in_the_target_win(zones, spark, tmp_path, empty):
+    """S000-72..76 from the copy's side: a target row newer than the source's stays, an
+    older one is replaced, and a tombstone at or above the source's version keeps the row
+    away; a tombstone below it does not."""
+    _fill(zones["a"], [(1, "src", 1, 10), (2, "src", 1, 10), (3, "src", 1, 10), (4, "src", 1, 10)])
+    _fill(zones["b"], [(1, "newer", 3, 20), (2, "older", 3, 5)])
+    conn = zones["b"].connect()
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES ('tenants', '[3]', 10)")
+        cur.execute("INSERT INTO zonesync.tombstones (table_name, pk, version) VALUES ('tenants', '[4]', 9)")
+    conn.commit()
+    full_copy.run(spark, copy_args(zones, tmp_path, "r2", "a", "b"))
+    assert _rows(zones["b"]) == {1: ("newer", 3, 20), 2: ("src", 1, 10), 4: ("src", 1, 10)}
+
+
+def test_a_rerun_skips_done_chunks_and_finishes(zones, spark, tmp_path, empty):
+    """A copy stopped after some chunks (as a killed job leaves it) and run again merges
+    only the chunks that were not done, and ends equal to the source."""
+    _fill(zones["a"], [(i, f"t{i}", 1, 1000 + i) for i in range(1, 2001)])
+    first = full_copy.run(spark, copy_args(zones, tmp_path, "r3", "a", "b", stop_after=2))
+    assert first["tenants"]["rows"] == 1000 and len(checksum(zones["b"])) == 1000
+    # chunks (-inf, 500], (500, 1000] are done; (1000, 1500], (1500, 2000] and the empty
+    # tail (2000, +inf) are merged by the re-run, and only they
+    second = full_copy.run(spark, copy_args(zones, tmp_path, "r3", "a", "b"))
+    assert second["tenants"]["rows"] == 1000 and second["tenants"]["done"] == 5
+    assert checksum(zones["b"]) == checksum(zones["a"])
+
+
+def test_chunks_are_key_ranges_that_cover_every_key(zones, empty):
+    _fill(zones["a"], [(i * 7, "x", 1, 1) for i in range(1, 101)])
+    conn = zones["a"].connect("zonesync_app")
+    planned = chunks.plan(conn, "tenants", ["tenant_id"], 30)
+    assert planned == [(None, [210]), ([210], [420]), ([420], [630]), ([630], None)]
+    assert chunks.predicate(["tenant_id"], [210], [420]) == "`tenant_id` > 210 AND `tenant_id` <= 420"
