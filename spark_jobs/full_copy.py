@@ -32,12 +32,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run-id", required=True, help="the copy's run id (its chunks' state is kept under it)")
     parser.add_argument("--source", required=True, help="zone the rows are read from")
     parser.add_argument("--target", required=True, help="zone the rows are merged into")
-    parser.add_argument("--table", action="append", required=True, help="a table to copy (repeat for more)")
+    parser.add_argument("--table", action="append", required=True, help="a table to copy (repeat, or a,b)")
     parser.add_argument("--chunk-rows", type=int, default=50_000, help="rows per key-range chunk")
     parser.add_argument("--parallel", type=int, default=4, help="chunks read and merged at a time")
     parser.add_argument("--stop-after", type=int, default=0, help="(tests) stop after this many chunks")
     add_zone_args(parser)
     args = parser.parse_args(argv)
+    args.table = [t for value in args.table for t in value.split(",") if t]  # --table a,b too
     for t in args.table:
         if not IDENT.match(t):
             parser.error(f"--table {t!r} is not a plain SQL identifier")
@@ -83,7 +84,9 @@ def load(df, url: str, props: dict, stage: str) -> None:
     df.write.jdbc(url, f"zonesync.`{stage}`", mode="append", properties=write_props)
 
 
-def copy_table(spark, args, zones: dict, table: str, log=print) -> dict:
+def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> dict:
+    """Copy one table's pending chunks, a wave at a time; `staged(table, wave)` (tests) runs
+    after a wave is staged and before it is merged."""
     from zonesync.copy import chunks as chunk_plan
     from zonesync.copy.merge import clear_chunks, create_stage, merge_chunk, stage_name
 
@@ -108,6 +111,8 @@ def copy_table(spark, args, zones: dict, table: str, log=print) -> dict:
             wave = pending[start : start + args.parallel]
             load(transform(extract(spark, src_url, src_props, src_db, table, key, wave), columns), dst_url, dst_props,
                  stage)  # fmt: skip
+            if staged is not None:
+                staged(table, wave)
             for c in wave:
                 staged = merge_chunk(dst, dst_db, args.run_id, table, stage, columns, key, c["chunk"])
                 rows += staged or 0
@@ -133,12 +138,12 @@ def _columns(conn, db: str, table: str) -> list[tuple[str, str]]:
     return list(rows)
 
 
-def run(spark, args) -> dict:
+def run(spark, args, staged=None) -> dict:
     zones = zone_props(args)
     for field, zone in (("--source", args.source), ("--target", args.target)):
         if zone not in zones:
             raise SystemExit(f"{field} {zone}: no --zone {zone}=JDBC_URL was given")
-    result = {t: copy_table(spark, args, zones, t) for t in args.table}
+    result = {t: copy_table(spark, args, zones, t, staged=staged) for t in args.table}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2))
     return result

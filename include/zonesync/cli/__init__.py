@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 
 from zonesync import config
-from zonesync.cli import binlog, dev, guards, locks, meta, replication, rules, switch, workers
+from zonesync.cli import binlog, copy, dev, guards, locks, meta, replication, rules, switch, workers
 from zonesync.cli.common import fail
 
 # in the order `zonesync --help` lists them
-GROUPS = (dev, meta, rules, guards, workers, replication, binlog, locks, switch)
+GROUPS = (dev, meta, rules, guards, workers, replication, binlog, locks, switch, copy)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -144,9 +144,21 @@ def moved(source: str, copy_source: str, current: tuple[int, int, str] | None, s
     return at if at[0] <= start[0] else start
 
 
-def install(target_conn, run_id: str, copy_source: str, start: Positions, tables) -> dict:
-    """Move the target's appliers to the start positions in copy mode (see above); returns
-    its apply_state rows as they were, {source: {partition: [LSN, offset, status, detail]}}."""
+def snapshot(target_conn) -> dict:
+    """The target's apply_state as it stands, {source: {partition: [LSN, offset, status, detail]}}."""
+    before: dict[str, dict[int, list]] = {}
+    with target_conn.cursor() as cur:
+        cur.execute(
+            "SELECT source_zone, partition_no, applied_lsn, kafka_offset, status, detail FROM zonesync.apply_state"
+        )
+        for s, p, lsn, off, status, detail in cur.fetchall():
+            before.setdefault(s, {})[int(p)] = [int(lsn), int(off), status, detail]
+    target_conn.commit()
+    return before
+
+
+def install(target_conn, run_id: str, copy_source: str, start: Positions, tables) -> None:
+    """Move the target's appliers to the start positions in copy mode (see above)."""
     before: dict[str, dict[int, list]] = {}
     with target_conn.cursor() as cur:
         cur.execute(
@@ -180,7 +192,6 @@ def install(target_conn, run_id: str, copy_source: str, start: Positions, tables
                     (lsn, offset, source, p),
                 )
     target_conn.commit()
-    return before
 
 
 def restore(target_conn, run_id: str, before: dict) -> None:

@@ -1,0 +1,239 @@
+"""The steps of a full copy, each a transaction that can be retried (docs/copy.md):
+
+    preflight -> record_start -> start_incremental -> row copy (Spark) -> catch_up
+    -> verify -> join;  rollback when a step before join failed for good.
+
+Every step re-reads the run from meta and the target zone, so a retry after a kill
+goes on from what is recorded: the start positions are written once; the target's
+apply_state as it was before is written once, before anything moves it; the chunks
+that are done are done in the target, with their rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from zonesync.capture.binlog import binlog_end
+from zonesync.copy import chunks, positions
+from zonesync.copy.merge import drop_stage, stage_name
+from zonesync.copy.request import CopyRefused, CopyRequest
+from zonesync.copy.store import FAILED, ROLLED_BACK, RUNNING, SUCCEEDED, Copy, CopyStore
+from zonesync.meta.db import MetaConfig
+from zonesync.meta.store import MetaStore
+from zonesync.runtime import transport
+
+APP_DB = "zonesync_app"
+
+
+@dataclass
+class CopyContext:
+    meta: MetaConfig
+    run_id: str
+    request: CopyRequest
+    zone_conn: Callable  # zone name -> a new DB-API connection to its app database
+    bootstrap: Callable[[], str] = transport.bootstrap
+    partitions: int = field(default_factory=transport.partitions)
+    topic_of: Callable[[str], str] = transport.topic
+    actor: str = "airflow"
+    app_db: str = APP_DB
+
+    @property
+    def store(self) -> CopyStore:
+        return CopyStore(self.meta)
+
+    def run(self) -> Copy:
+        return self.store.require(self.run_id)
+
+    def zones(self) -> dict[str, int]:
+        return MetaStore(self.meta).zones()
+
+
+def _with(ctx: CopyContext, zone: str, fn):
+    conn = ctx.zone_conn(zone)
+    try:
+        return fn(conn)
+    finally:
+        conn.close()
+
+
+def preflight(ctx: CopyContext) -> Copy:
+    """The request against the mesh and both zones' tables; the run's row (one copy per
+    target at a time). Refusals change nothing."""
+    found = MetaStore(ctx.meta).rules_at()
+    tables = found[1].tables if found else {}
+    req = ctx.request.resolved(ctx.zones(), tables)
+    for zone in (req.source_zone, req.target_zone):
+        for t in req.tables:
+            _with(ctx, zone, lambda conn, t=t, zone=zone: chunks.check_copyable(conn, ctx.app_db, t, zone))
+    _, halted = _halted(ctx, req.target_zone)
+    if halted and set(req.tables) != set(tables):
+        raise CopyRefused(
+            f"tables: zone {req.target_zone} has halted partitions ({halted}); the events they lost may touch any "
+            "table, so a copy that clears them must take every replicated table (leave --tables out)"
+        )
+    return ctx.store.create(ctx.run_id, req, ctx.actor)
+
+
+def _halted(ctx: CopyContext, zone: str) -> tuple[dict, list[str]]:
+    def read(conn):
+        with conn.cursor() as cur:
+            cur.execute("SELECT source_zone, partition_no, status FROM zonesync.apply_state")
+            rows = cur.fetchall()
+        conn.commit()
+        return rows
+
+    rows = _with(ctx, zone, read)
+    return {}, sorted(f"{s}/{p}" for s, p, st in rows if st == "halted")
+
+
+def _running(ctx: CopyContext) -> Copy:
+    run = ctx.run()
+    if run.status != RUNNING:
+        raise CopyRefused(f"copy {ctx.run_id} is {run.status}: {run.detail or ''}".strip())
+    return run
+
+
+def record_start(ctx: CopyContext) -> dict:
+    """Where the target's appliers will replay each source from (positions.py), recorded
+    once, before the first chunk is read; refused if a topic no longer holds it."""
+    run = _running(ctx)
+    if run.start_json is None:
+        zones = ctx.zones()
+        start = _with(
+            ctx,
+            run.source_zone,
+            lambda conn: positions.record_start(
+                ctx.bootstrap(), conn, run.source_zone, run.target_zone, zones, ctx.partitions, ctx.topic_of
+            ),
+        )
+        run = ctx.store.set_once(ctx.run_id, start_json=start)
+    start = run.positions()
+    positions.check_retained(ctx.bootstrap(), _typed(start), topic_of=ctx.topic_of)
+    ctx.store.phase(ctx.run_id, "start_recorded")
+    return start
+
+
+def _typed(raw: dict) -> positions.Positions:
+    return {s: {int(p): (int(v[0]), int(v[1])) for p, v in parts.items()} for s, parts in raw.items()}
+
+
+def start_incremental(ctx: CopyContext) -> dict:
+    """The target's appliers to the start positions, the tables in copy mode. What the
+    target held before is recorded first (rollback puts it back)."""
+    run = _running(ctx)
+    if run.before_json is None:
+        run = ctx.store.set_once(ctx.run_id, before_json=_with(ctx, run.target_zone, positions.snapshot))
+    start = _typed(run.positions())
+    _with(ctx, run.target_zone, lambda conn: positions.install(conn, ctx.run_id, run.source_zone, start, run.tables))
+    ctx.store.phase(ctx.run_id, "copying")
+    return {s: len(p) for s, p in start.items()}
+
+
+def progress(ctx: CopyContext) -> dict:
+    """Chunks done of planned, and rows, per table (from the target)."""
+    run = ctx.run()
+    rows = _with(ctx, run.target_zone, lambda conn: chunks.read(conn, ctx.run_id))
+    out: dict[str, dict] = {t: {"chunks": 0, "done": 0, "rows": 0} for t in run.tables}
+    for c in rows:
+        t = out.setdefault(c["table"], {"chunks": 0, "done": 0, "rows": 0})
+        t["chunks"] += 1
+        t["done"] += c["status"] == "done"
+        t["rows"] += c["rows_read"]
+    return out
+
+
+def caught_up(ctx: CopyContext) -> bool:
+    """Has the target applied every source up to where each stood when the row copy ended?
+    (Recorded once, at the first look after the row copy.)"""
+    from zonesync.apply.tools.progress import is_applied
+
+    run = _running(ctx)
+    left = [t for t, p in progress(ctx).items() if p["done"] < p["chunks"] or not p["chunks"]]
+    if left:
+        raise CopyRefused(f"the row copy has not finished tables {', '.join(left)}: run it (again) first")
+    sources = sorted(set(ctx.zones()) - {run.target_zone})
+    if run.end_json is None:
+        ends = {s: list(_with(ctx, s, binlog_end)) for s in sources}
+        run = ctx.store.set_once(ctx.run_id, end_json=ends)
+        ctx.store.phase(ctx.run_id, "catching_up")
+    ends = run.positions("end_json")
+
+    def applied(conn) -> bool:
+        return all(is_applied(ctx.meta, conn, s, (ends[s][0], int(ends[s][1]))) for s in sources)
+
+    return _with(ctx, run.target_zone, applied)
+
+
+def verify(ctx: CopyContext, attempts: int = 20, pause_s: float = 0.5) -> dict:
+    """Every chunk's row count and checksum equal in source and target. Both zones keep
+    writing, so a chunk that differs is looked at again (its rows in flight land a moment
+    later) before it counts as a difference."""
+    run = _running(ctx)
+    ctx.store.phase(ctx.run_id, "verifying")
+    src, dst = ctx.zone_conn(run.source_zone), ctx.zone_conn(run.target_zone)
+    try:
+        return {t: _verify_table(run, src, dst, ctx.run_id, t, ctx.app_db, attempts, pause_s) for t in run.tables}
+    finally:
+        src.close()
+        dst.close()
+
+
+def _verify_table(run: Copy, src, dst, run_id: str, table: str, app_db: str, attempts: int, pause_s: float) -> int:
+    import time
+
+    from zonesync.copy.verify import chunk_sums
+
+    plan = chunks.read(dst, run_id, table)
+    cols = [c for c, _ in chunks.key_columns(src, app_db, table)]
+    differ = [c["chunk"] for c in plan]
+    for attempt in range(attempts):
+        have, got = chunk_sums(src, table, cols, plan, differ), chunk_sums(dst, table, cols, plan, differ)
+        differ = [n for n in differ if have[n] != got[n]]
+        if not differ:
+            return len(plan)
+        if attempt < attempts - 1:
+            time.sleep(pause_s)
+    raise CopyRefused(
+        f"verify: {table} differs between {run.source_zone} and {run.target_zone} in chunks {differ[:10]} "
+        f"after {attempts} looks; the copy is not joined"
+    )
+
+
+def join(ctx: CopyContext) -> Copy:
+    """The copied tables leave copy mode (the appliers apply them by the normal rules
+    again) and the staging tables go: the target is a normal member of the mesh."""
+    run = ctx.run()
+    if run.status == SUCCEEDED:
+        return run
+    _running(ctx)
+
+    def leave(conn):
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM zonesync.copy_tables WHERE run_id = %s", (ctx.run_id,))
+        conn.commit()
+        for t in run.tables:
+            drop_stage(conn, stage_name(ctx.run_id, t))
+
+    _with(ctx, run.target_zone, leave)
+    ctx.store.phase(ctx.run_id, "joined")
+    done = progress(ctx)
+    rows = sum(p["rows"] for p in done.values())
+    return ctx.store.finish(ctx.run_id, SUCCEEDED, f"joined: {rows} rows copied in {len(done)} table(s)")
+
+
+def rollback(ctx: CopyContext, why: str = "a step failed") -> Copy | None:
+    """Before join: the target's appliers back where they were, its tables out of copy
+    mode, staging dropped, the run failed with its reason. Rows already merged stay: each
+    is a real version of its row, newer than what it replaced."""
+    run = ctx.store.get(ctx.run_id)
+    if run is None:
+        return None  # refused before its row existed: nothing changed
+    if run.status != RUNNING:
+        return run
+    if run.before_json is not None:
+        _with(ctx, run.target_zone, lambda conn: positions.restore(conn, ctx.run_id, run.positions("before_json")))
+    for t in run.tables:
+        _with(ctx, run.target_zone, lambda conn, t=t: drop_stage(conn, stage_name(ctx.run_id, t)))
+    status = ROLLED_BACK if run.before_json is not None else FAILED
+    return ctx.store.finish(ctx.run_id, status, f"{status}: {why}")
