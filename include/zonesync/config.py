@@ -15,6 +15,7 @@ MariaDB on 3306). Defaults are the embedded local setup `make demo` uses.
 | ZONESYNC_WITH_AIRFLOW     | 1              | 0: no Airflow                              |
 | ZONESYNC_WITH_WORKERS     | 1              | 0: no replicators / appliers               |
 | ZONESYNC_DEV              | (unset)        | 1: zones and meta default to this env's    |
+| ZONESYNC_TOPIC_PREFIX     | (empty)        | before every topic name, e.g. `staging.`   |
 
 This describes the dev environment only. Production code never falls back to it
 silently: a zone's database is ZONESYNC_ZONE_<NAME>_URL and the meta store

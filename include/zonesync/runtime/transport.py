@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from zonesync import config
@@ -20,8 +21,18 @@ class TransportError(RuntimeError):
     pass
 
 
+TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]{0,100}$")
+
+
 def topic(zone: str) -> str:
-    return f"zonesync.{zone}.changes"
+    """A zone's change topic: zonesync.<zone>.changes, after ZONESYNC_TOPIC_PREFIX when set
+    (several environments sharing one Kafka cluster, e.g. `staging.`)."""
+    prefix = os.environ.get("ZONESYNC_TOPIC_PREFIX", "")
+    if not TOPIC_PREFIX.match(prefix):
+        raise TransportError(
+            f"ZONESYNC_TOPIC_PREFIX={prefix!r}: use up to 100 letters, digits, '.', '_' or '-', e.g. 'staging.'"
+        )
+    return f"{prefix}zonesync.{zone}.changes"
 
 
 def bootstrap(env: dict | None = None) -> str:
