@@ -4,8 +4,8 @@ Seed 000 (在线全量同步: Row Copy + Incremental Copy, the incremental autho
 001 (replica learn) and 002 (online standby). The steps live in zonesync.copy.steps
 and the row copy in spark_jobs/full_copy.py; this file only wires them:
 
-    preflight >> record_start >> start_incremental >> row_copy >> catch_up >> verify >> join
-    [record_start, start_incremental, row_copy, catch_up, verify] >> rollback  (one_failed)
+    preflight >> record_start >> start_incremental >> row_copy >> catch_up >> prune >> verify >> join
+    [record_start, start_incremental, row_copy, catch_up, prune, verify] >> rollback  (one_failed)
 
 rollback runs only when a step before join failed for good: the target's appliers go
 back where they were, its tables leave copy mode, staging is dropped, and the run
@@ -78,9 +78,10 @@ with DAG(
         execution_timeout=timedelta(hours=12),
     )
     catch_up = ZoneCopyCaughtUpSensor(task_id="catch_up")
+    prune = ZoneCopyStepOperator(task_id="prune", step="prune")
     verify = ZoneCopyStepOperator(task_id="verify", step="verify")
     join = ZoneCopyStepOperator(task_id="join", step="join", retries=5)
     rollback = ZoneCopyStepOperator(task_id="rollback", step="rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=5)
 
-    preflight >> record_start >> start_incremental >> row_copy >> catch_up >> verify >> join
-    [record_start, start_incremental, row_copy, catch_up, verify] >> rollback
+    preflight >> record_start >> start_incremental >> row_copy >> catch_up >> prune >> verify >> join
+    [record_start, start_incremental, row_copy, catch_up, prune, verify] >> rollback

@@ -84,6 +84,38 @@ def load(df, url: str, props: dict, stage: str) -> None:
     df.write.jdbc(url, f"zonesync.`{stage}`", mode="append", properties=write_props)
 
 
+def stage_orphans(spark, zones: dict, args, table: str, key: list[str], stage: str) -> int:
+    """Keys the target holds and the source lacks, staged in the target for the prune step
+    (zonesync.copy.prune): an anti-join of both zones' keys, each read in key ranges."""
+    from zonesync.copy.prune import orphans_name
+
+    frames = [_read_keys(spark, *zones[zone], table, key, args.parallel) for zone in (args.target, args.source)]
+    orphans = find_orphans(*frames, key)
+    url, props = zones[args.target]
+    write_props = {**props, "sessionInitStatement": "SET skip_replication = 1", "truncate": "true"}
+    orphans.write.jdbc(url, f"zonesync.`{orphans_name(stage)}`", mode="overwrite", properties=write_props)
+    return orphans.count()
+
+
+def _read_keys(spark, url: str, props: dict, table: str, key: list[str], partitions: int):
+    """A table's key columns, read in `partitions` ranges of its first key column."""
+    db, keys = url.rsplit("/", 1)[1], ", ".join(f"`{c}`" for c in key)
+    props = {**props, "fetchsize": "10000"}
+    bounds = spark.read.jdbc(
+        url, f"(SELECT MIN(`{key[0]}`) AS lo, MAX(`{key[0]}`) AS hi FROM `{db}`.`{table}`) AS b", properties=props
+    ).collect()[0]
+    query = f"(SELECT {keys} FROM `{db}`.`{table}`) AS k"
+    if bounds["lo"] is None or partitions <= 1:
+        return spark.read.jdbc(url, query, properties=props)
+    return spark.read.jdbc(url, query, column=key[0], lowerBound=int(bounds["lo"]),
+                           upperBound=int(bounds["hi"]) + 1, numPartitions=partitions, properties=props)  # fmt: skip
+
+
+def find_orphans(target_keys, source_keys, key: list[str]):
+    """The target's keys the source lacks (pure)."""
+    return target_keys.join(source_keys, on=key, how="left_anti")
+
+
 def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> dict:
     """Copy one table's pending chunks, a wave at a time; `staged(table, wave)` (tests) runs
     after a wave is staged and before it is merged."""
@@ -120,7 +152,9 @@ def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> 
             took = time.monotonic() - started
             rate = rows / max(took, 1e-9)
             log(f"{table}: {done}/{len(plan)} chunks, {rows} rows in {took:.1f} s ({rate:.0f} rows/s)")
-        return {"chunks": len(plan), "done": done, "rows": rows, "seconds": round(time.monotonic() - started, 3)}
+        seconds = round(time.monotonic() - started, 3)
+        orphans = stage_orphans(spark, zones, args, table, key, stage) if done == len(plan) else None
+        return {"chunks": len(plan), "done": done, "rows": rows, "seconds": seconds, "orphans": orphans}
     finally:
         src.close()
         dst.close()

@@ -1,7 +1,7 @@
 """The steps of a full copy, each a transaction that can be retried (docs/copy.md):
 
     preflight -> record_start -> start_incremental -> row copy (Spark) -> catch_up
-    -> verify -> join;  rollback when a step before join failed for good.
+    -> prune -> verify -> join;  rollback when a step before join failed for good.
 
 Every step re-reads the run from meta and the target zone, so a retry after a kill
 goes on from what is recorded: the start positions are written once; the target's
@@ -152,9 +152,11 @@ def caught_up(ctx: CopyContext) -> bool:
     left = [t for t, p in progress(ctx).items() if p["done"] < p["chunks"] or not p["chunks"]]
     if left:
         raise CopyRefused(f"the row copy has not finished tables {', '.join(left)}: run it (again) first")
-    sources = sorted(set(ctx.zones()) - {run.target_zone})
+    zones = sorted(ctx.zones())
+    sources = [z for z in zones if z != run.target_zone]
     if run.end_json is None:
-        ends = {s: list(_with(ctx, s, binlog_end)) for s in sources}
+        # every zone's, the target's too: prune asks the rows' owners to have applied it
+        ends = {z: list(_with(ctx, z, binlog_end)) for z in zones}
         run = ctx.store.set_once(ctx.run_id, end_json=ends)
         ctx.store.phase(ctx.run_id, "catching_up")
     ends = run.positions("end_json")
@@ -163,6 +165,57 @@ def caught_up(ctx: CopyContext) -> bool:
         return all(is_applied(ctx.meta, conn, s, (ends[s][0], int(ends[s][1]))) for s in sources)
 
     return _with(ctx, run.target_zone, applied)
+
+
+def prune(ctx: CopyContext, owner_wait_s: float = 60.0) -> dict:
+    """Rows only the target holds, deleted where that is certain (prune.py): per table,
+    candidates, deleted and kept."""
+    from zonesync.copy import prune as rule
+
+    run = _running(ctx)
+    ends = run.positions("end_json")
+    if not ends:
+        raise CopyRefused("prune: catch_up has not recorded where the row copy ended; run it first")
+    found = MetaStore(ctx.meta).rules_at()
+    rules = found[1]
+    ctx.store.phase(ctx.run_id, "pruning")
+    report = {}
+    dst = ctx.zone_conn(run.target_zone)
+    try:
+        for table in run.tables:
+            key = [c for c, _ in chunks.key_columns(dst, ctx.app_db, table)]
+            rows = rule.candidates(dst, ctx.app_db, table, stage_name(ctx.run_id, table), key)
+            by_owner, kept = rule.owners(rules, table, run.target_zone, rows)
+            deleted = 0
+            for owner, owned in sorted(by_owner.items()):
+                absent = _absent_in_owner(ctx, owner, ends, table, key, owned, owner_wait_s)
+                deleted += rule.delete_versions(dst, table, key, absent)
+                kept += len(owned) - len(absent)
+            report[table] = {"candidates": len(rows), "deleted": deleted, "kept": kept}
+    finally:
+        dst.close()
+    return report
+
+
+def _absent_in_owner(ctx, owner: str, ends: dict, table: str, key, rows, wait_s: float) -> list[dict]:
+    """The rows the owner lacks, once it applied every other zone up to `ends`; none (all
+    kept) when it has not within `wait_s`."""
+    import time
+
+    from zonesync.apply.tools.progress import is_applied
+    from zonesync.copy import prune as rule
+
+    conn = ctx.zone_conn(owner)
+    try:
+        deadline = time.monotonic() + wait_s
+        others = [z for z in ends if z != owner]
+        while not all(is_applied(ctx.meta, conn, z, (ends[z][0], int(ends[z][1]))) for z in others):
+            if time.monotonic() > deadline:
+                return []
+            time.sleep(0.2)
+        return rule.absent_in(conn, table, key, rows)
+    finally:
+        conn.close()
 
 
 def verify(ctx: CopyContext, attempts: int = 20, pause_s: float = 0.5) -> dict:

@@ -40,13 +40,13 @@ def copy_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_z
 
 
 class ZoneCopyStepOperator(BaseOperator):
-    """Runs one step of the full copy: preflight, record_start, start_incremental, verify,
-    join or rollback."""
+    """Runs one step of the full copy: preflight, record_start, start_incremental, prune,
+    verify, join or rollback."""
 
     ui_color = "#e8fbef"
 
     def __init__(self, *, step: str, meta_conn_id: str = "zonesync_meta", **kwargs) -> None:
-        if step not in ("preflight", "record_start", "start_incremental", "verify", "join", "rollback"):
+        if step not in ("preflight", "record_start", "start_incremental", "prune", "verify", "join", "rollback"):
             raise ValueError(f"step {step!r} is not a copy step")
         super().__init__(**kwargs)
         self.step = step
