@@ -62,13 +62,14 @@ class Target:
     rows: dict = field(default_factory=dict)  # (table, pk_text) -> encoded row
     tombstones: dict = field(default_factory=dict)  # (table, pk_text) -> version
     locked: set = field(default_factory=set)
+    copying: bool = False  # the table is in copy mode (decide.py, "Copy mode")
 
     def copy(self) -> Target:
-        return Target(dict(self.rows), dict(self.tombstones), set(self.locked))
+        return Target(dict(self.rows), dict(self.tombstones), set(self.locked), self.copying)
 
     def decide(self, change):
         key = (change.table, change.pk_text)
-        return decide(change, self.rows.get(key), self.tombstones.get(key), key in self.locked)
+        return decide(change, self.rows.get(key), self.tombstones.get(key), key in self.locked, self.copying)
 
     def apply(self, change, kind: str) -> None:
         key = (change.table, change.pk_text)
@@ -328,6 +329,32 @@ def check(target: Target, events: list[ChangeEvent]) -> None:
 @given(batches())
 def test_merged_batches_end_where_the_events_one_by_one_end(batch):
     check(*batch)
+
+
+@settings(max_examples=1000, deadline=None, derandomize=True)
+@given(batches())
+def test_in_copy_mode_merged_batches_end_where_one_by_one_ends_at_the_newest_version(batch):
+    """Copy mode (seed 000, Incremental Copy): whatever the target holds (the copy's rows, older,
+    newer, other values, absent), merged and one by one agree, nothing waits and nothing new is
+    locked; every key not locked ends at its last event's state when that is newer than the
+    target's row (or tombstone), and keeps the target's otherwise."""
+    target, events = batch
+    target.copying = True
+    merged, kinds = apply_merged(target, events)
+    serial, waited = apply_one_by_one(target, events)
+    assert not waited and not {WAIT, LOCK} & set(kinds.values()), kinds
+    for change in merge(events):
+        key = (change.table, change.pk_text)
+        assert merged.of(key) == serial.of(key), f"{key}: merged ({kinds[key]}) {merged.of(key)} != {serial.of(key)}"
+        row, tombstone, locked = target.of(key)
+        assert merged.of(key)[2] == locked, "no lock taken or dropped"
+        mark = row["_zs_version"] if row is not None else tombstone
+        if locked or (mark is not None and mark >= change.version):
+            assert merged.rows.get(key) == target.rows.get(key), "an older change never lands"
+        elif change.new is not None:
+            assert merged.rows[key] == change.new, "the newest change lands as its full row"
+        else:
+            assert key not in merged.rows and merged.tombstones[key] == change.version, "the delete lands"
 
 
 # -- examples -----------------------------------------------------------------------------------

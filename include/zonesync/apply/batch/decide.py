@@ -64,6 +64,18 @@ version newer than the replicated one, and an unguarded write leaves it as it wa
 A re-insert after a delete meets no row (the delete went first: same partition,
 in order), or, merged with its delete (delete + insert), is checked as the delete
 is: by the deleted row's old image.
+
+Copy mode (seed 000, Incremental Copy; S000-70 to S000-76): while an online full copy
+fills a table in this zone (the table is listed in the zone's zonesync.copy_tables),
+the target may lack rows the stream updates or deletes (the copy has not brought them
+yet) or hold rows newer than a replayed event (the copy read them later). Neither is
+a mismatch, so the version alone decides: a change at or below the target row's
+version (or, with no row, its tombstone's) is skipped; otherwise it lands as its full
+new row (an upsert, whatever its first event was: an insert, an update, or an insert
+meeting a row), or, when it ends in a delete, as a delete of the target row and its
+tombstone (a tombstone only when the target lacks the row). Never a wait, never a new
+lock (a row already locked stays held). The copy writes the same rows on other
+connections meanwhile, so the statements are version-guarded too (write_plan.py).
 """
 
 from __future__ import annotations
@@ -89,10 +101,15 @@ _NOT_NEWER = Action(SKIP, "target already has this version or a newer one")
 _DELETED = Action(SKIP, "row was deleted at this version or a newer one")
 
 
-def decide(change: NetChange, target: dict | None, tombstone_version: int | None, locked: bool) -> Action:
-    """`target` is the encoded target row (None when absent)."""
+def decide(
+    change: NetChange, target: dict | None, tombstone_version: int | None, locked: bool, copying: bool = False
+) -> Action:
+    """`target` is the encoded target row (None when absent); `copying`: the table is in
+    copy mode (see "Copy mode" above)."""
     if locked:
         return _LOCKED
+    if copying:
+        return _by_version_only(change, target, tombstone_version)
     if change.later is not None:  # merged: judged from where the target stands inside it
         inside = _inside(change, target, tombstone_version)
         if inside is not None:
@@ -121,6 +138,17 @@ def decide(change: NetChange, target: dict | None, tombstone_version: int | None
         diff = _diff(target, change.old)
         return Action(LOCK, f"{change.first_op}: target row differs from the event's old row in {diff}")
     return final
+
+
+def _by_version_only(change: NetChange, target: dict | None, tombstone_version: int | None) -> Action:
+    """Copy mode: newer than the target row (or its tombstone) lands as the change's last
+    state, whatever the target holds; anything else is skipped."""
+    if target is not None:
+        if int(target.get("_zs_version") or 0) >= change.version:
+            return _NOT_NEWER
+    elif tombstone_version is not None and tombstone_version >= change.version:
+        return _DELETED
+    return _PLAIN[UPSERT if change.new is not None else (DELETE_ROW if target is not None else TOMBSTONE)]
 
 
 def _inside(change: NetChange, target: dict | None, tombstone_version: int | None) -> Action | None:

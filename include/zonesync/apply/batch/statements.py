@@ -60,10 +60,15 @@ def send_numbered(cur, statements: list[str]) -> None:
     statements.clear()
 
 
-def upserts(lit, table: str, rows: list[dict]) -> list[str]:
+VERSION = "_zs_version"
+
+
+def upserts(lit, table: str, rows: list[dict], guarded_by: list[str] | None = None) -> list[str]:
     """Multi-row upserts carrying the event's _zs_origin and _zs_version; one per
-    column set (rows of one table normally share it) and 500 rows."""
-    return multi_row(lit, table, rows, upsert=True)
+    column set (rows of one table normally share it) and 500 rows. With `guarded_by`
+    (the primary key's columns: copy mode), each row lands only where it is newer than
+    the row it meets (guarded_update)."""
+    return multi_row(lit, table, rows, upsert=True, guarded_by=guarded_by)
 
 
 def inserts(lit, table: str, rows: list[dict]) -> list[str]:
@@ -71,7 +76,41 @@ def inserts(lit, table: str, rows: list[dict]) -> list[str]:
     return multi_row(lit, table, rows, upsert=False)
 
 
-def multi_row(lit, table: str, rows: list[dict], upsert: bool) -> list[str]:
+def guarded_update(table: str, cols: tuple[str, ...], pk_cols: list[str]) -> str:
+    """Copy mode's ON DUPLICATE KEY UPDATE: a row meeting an existing one replaces its
+    columns only when its _zs_version is greater, and the version never goes back. The
+    copy writes the same keys on other connections, and a key the applier's read found
+    absent is not locked by it, so the statement itself must keep the newer row.
+
+    _zs_version is assigned last: MySQL evaluates the assignments left to right, and an
+    expression after `_zs_version = ...` would see the new version, not the row's. The
+    key columns are not assigned (the row met is the one with this key)."""
+    if VERSION not in cols:
+        raise ApplyError(f"copy mode needs the {VERSION} column in every row of {table}")
+    version = q(VERSION)
+    newer = f"VALUES({version}) > {version}"
+    sets = [f"{q(c)} = IF({newer}, VALUES({q(c)}), {q(c)})" for c in cols if c != VERSION and c not in pk_cols]
+    sets.append(f"{version} = GREATEST({version}, VALUES({version}))")
+    return " ON DUPLICATE KEY UPDATE " + ", ".join(sets)
+
+
+def guarded_deletes(lit, table: str, pk_cols: list[str], keys: list[tuple], versions: list[int]) -> list[str]:
+    """Copy mode's deletes: each key's row goes only while it is older than its delete
+    (`_zs_version` below the delete's version), so a newer row the copy wrote meanwhile
+    stays. By primary key (FORCE INDEX), 500 keys a statement."""
+    out = []
+    for start in range(0, len(keys), 500):
+        cond = " OR ".join(
+            "("
+            + " AND ".join(f"{q(c)} = {lit(v)}" for c, v in zip(pk_cols, key, strict=True))
+            + f" AND {q(VERSION)} < {int(version)})"
+            for key, version in zip(keys[start : start + 500], versions[start : start + 500], strict=True)
+        )
+        out.append(f"DELETE {q(table)} FROM {q(table)} FORCE INDEX (PRIMARY) WHERE {cond}")
+    return out
+
+
+def multi_row(lit, table: str, rows: list[dict], upsert: bool, guarded_by: list[str] | None = None) -> list[str]:
     groups: dict[tuple[str, ...], list[dict]] = {}
     for row in rows:
         groups.setdefault(tuple(row), []).append(row)
@@ -79,7 +118,9 @@ def multi_row(lit, table: str, rows: list[dict], upsert: bool) -> list[str]:
     for cols, group in groups.items():
         col_sql = ", ".join(q(c) for c in cols)
         tail = ""
-        if upsert:
+        if upsert and guarded_by is not None:
+            tail = guarded_update(table, cols, guarded_by)
+        elif upsert:
             tail = " ON DUPLICATE KEY UPDATE " + ", ".join(f"{q(c)} = VALUES({q(c)})" for c in cols)
         for start in range(0, len(group), 500):
             # a group's rows have their columns in the order of `cols` (that is the group's key)

@@ -10,9 +10,14 @@ write a tombstone at any moment.
 
 from __future__ import annotations
 
+import pymysql
+
 from zonesync.apply.batch import new_rows
 from zonesync.apply.batch.statements import key_condition, q, result_sets
 from zonesync.events import encode_row, pk_text
+
+# MySQL: table doesn't exist (a zone whose bookkeeping predates zonesync.copy_tables)
+NO_SUCH_TABLE = 1146
 
 
 def read(cur, lit, table, pk_cols, keys, texts, first: list[str], loaded: int = 0):
@@ -76,3 +81,30 @@ def read(cur, lit, table, pk_cols, keys, texts, first: list[str], loaded: int = 
         for kind, pk, value in rows:
             (tombstones if kind == "t" else locks)[pk] = int(value)
     return targets, tombstones, locks, marked
+
+
+def copy_tables(conn) -> frozenset[str]:
+    """The tables an online full copy is filling in this zone (zonesync.copy_tables, read
+    and committed: a fresh look each time); none in a zone whose bookkeeping predates
+    the table."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT table_name FROM zonesync.copy_tables")
+            rows = cur.fetchall()
+    except pymysql.err.ProgrammingError as exc:
+        if exc.args[0] != NO_SUCH_TABLE:
+            raise
+        rows = ()
+    conn.commit()
+    return frozenset(name for (name,) in rows)
+
+
+def other_unique_keys(cur, table: str) -> bool:
+    """Whether the table (in the connection's database) has a unique key besides its
+    primary key: copy mode then INSERTs the rows the target lacks (write_plan.py)."""
+    cur.execute(
+        "SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s "
+        "AND NON_UNIQUE = 0 AND INDEX_NAME <> 'PRIMARY' LIMIT 1",
+        (table,),
+    )
+    return bool(cur.fetchall())

@@ -15,7 +15,8 @@ again serially (writer.py sends it here):
    target_rows.py);
 3. decide each event against what the ones before it left, tracking the row, its
    tombstone and its lock per key, and write it (one transaction; each statement
-   remembers the event it was written for);
+   remembers the event it was written for); a table in copy mode is decided and
+   written as write_plan.py does it (decide.py, "Copy mode": no waits);
 4. record the positions and commit, in one numbered request: a duplicate key names
    the statement, hence the event (_Duplicate).
 
@@ -58,7 +59,7 @@ from zonesync.apply.batch.batch_result import BatchResult
 from zonesync.apply.batch.decide import DELETE_ROW, LOCK, SKIP, UPSERT, WAIT, Action, decide
 from zonesync.apply.batch.literals import literal_function
 from zonesync.apply.batch.merge import NetChange, merge
-from zonesync.apply.batch.statements import inserts, key_condition, q, send_numbered, upserts
+from zonesync.apply.batch.statements import guarded_deletes, inserts, key_condition, q, send_numbered, upserts
 from zonesync.apply.bookkeeping import apply_state, row_locks, tombstones
 from zonesync.apply.errors import BEHIND, UNIQUE, PartitionsStopped, Stop
 from zonesync.events import ChangeEvent, decode_row, pk_text
@@ -71,10 +72,13 @@ class SerialWriter(Protocol):
     import of the writer here, so the two modules do not import each other."""
 
     expired_waits: set[tuple[str, int, int]]
+    copying: frozenset[str]  # tables in copy mode (decide.py, "Copy mode")
 
     def rollback(self, conn) -> None: ...
 
     def keyed_by_primary_key(self, table: str, changes) -> list[str]: ...
+
+    def other_unique_keys(self, cur, table: str) -> bool: ...
 
 
 class _Wait(Exception):
@@ -168,8 +172,8 @@ def _attempt(writer: SerialWriter, conn, changes, positions, stops) -> BatchResu
             if (source, e.partition) in stops:
                 last[(source, e.partition)] = e.lsn
             state = rows[(e.table, change.pk_text)]
-            target = state[0]
-            action = decide(change, target, state[1], state[2])
+            copying = e.table in writer.copying
+            action = decide(change, state[0], state[1], state[2], copying)
             if action.kind == WAIT:
                 if (source, e.partition, e.lsn) not in writer.expired_waits:
                     raise _Wait(source, e, action.reason)
@@ -186,17 +190,8 @@ def _attempt(writer: SerialWriter, conn, changes, positions, stops) -> BatchResu
                     state[2] = True
             else:
                 result.applied += 1
-                if action.kind == UPSERT:
-                    row = [decode_row(change.new)]
-                    event_writes += upserts(lit, e.table, row) if target is not None else inserts(lit, e.table, row)
-                    state[0] = change.new
-                else:  # a delete (of the row, or a tombstone only)
-                    if action.kind == DELETE_ROW:
-                        key = [tuple([decode_row(change.pk)[k] for k in pks[e.table]])]
-                        where = key_condition(lit, pks[e.table], key)
-                        event_writes.append(f"DELETE FROM {q(e.table)} WHERE {where}")
-                    event_writes.append(tombstones.record(lit, name, [(change.pk_text, change.version)]))
-                    state[0], state[1] = None, max(state[1] or 0, change.version)
+                unique = copying and writer.other_unique_keys(cur, e.table)
+                event_writes += _writes(lit, change, action.kind, state, pks[e.table], copying, unique)
             writes += event_writes
             owners += [(source, e)] * len(event_writes)
         # Positions, then COMMIT, in the same request as the writes.
@@ -213,6 +208,30 @@ def _attempt(writer: SerialWriter, conn, changes, positions, stops) -> BatchResu
             source, e = owners[at]
             raise _Duplicate(source, e, exc) from exc
     return result
+
+
+def _writes(lit, change: NetChange, kind: str, state: list, pk_cols: list[str], copying: bool, unique: bool):
+    """The statements of one event that lands (an upsert or a delete), as write_plan.py
+    writes them (copy mode's version-guarded ones when `copying`); `state` (the row, its
+    tombstone's version, locked) is moved to what they leave."""
+    table, name = change.table, lit(change.table)
+    if kind == UPSERT:
+        row = [decode_row(change.new)]
+        had = state[0] is not None
+        state[0] = change.new
+        if copying and (had or not unique):
+            return upserts(lit, table, row, guarded_by=pk_cols)
+        return upserts(lit, table, row) if had else inserts(lit, table, row)
+    # a delete (of the row, or a tombstone only)
+    key = [tuple([decode_row(change.pk)[k] for k in pk_cols])]
+    writes = []
+    if copying:  # of a row the copy may have written since the read, too
+        writes += guarded_deletes(lit, table, pk_cols, key, [change.version])
+    elif kind == DELETE_ROW:
+        writes.append(f"DELETE FROM {q(table)} WHERE {key_condition(lit, pk_cols, key)}")
+    writes.append(tombstones.record(lit, name, [(change.pk_text, change.version)]))
+    state[0], state[1] = None, max(state[1] or 0, change.version)
+    return writes
 
 
 def _positions(positions, stops, last, offsets) -> list[tuple[str, int, int, int]]:

@@ -13,7 +13,10 @@ source's replicator never publishes what we write: no loops):
 4. write (write_plan.py): deletes, multi-row upserts of rows the target has and
    INSERTs of rows it lacks, carrying the event's _zs_origin and _zs_version,
    tombstones (tombstones.py), new locks and events held by old locks
-   (bookkeeping/row_locks.py);
+   (bookkeeping/row_locks.py). A table in copy mode (`copying`: the zone's
+   zonesync.copy_tables as the applier last read it; decide.py, "Copy mode") is
+   always read first, decided by version alone, and written with version-guarded
+   statements (write_plan.py);
 5. record the batch's last LSN and Kafka offset in zonesync.apply_state;
 6. commit.
 
@@ -74,6 +77,10 @@ class ZoneWriter:
         # earlier versions: serial apply locks their row instead of waiting (the applier's set)
         self.expired_waits: set[tuple[str, int, int]] = set()
         self.table_weights: dict[str, int] = {}  # the applier's: lighter tables first in a transaction
+        # tables in copy mode (zonesync.copy_tables, decide.py "Copy mode"): the applier's, read
+        # once a second and replaced whole when it changes
+        self.copying: frozenset[str] = frozenset()
+        self._other_unique: dict[str, bool] = {}  # table -> a unique key besides the primary key
 
     def connect(self):
         if self.conn is None:
@@ -200,7 +207,7 @@ class ZoneWriter:
                     new_by_table: dict[str, list[ChangeEvent]] = {}
                     for e in events:
                         new_by_table.setdefault(e.table, []).append(e)
-                    if not self._marked.intersection(new_by_table):
+                    if not self._marked.intersection(new_by_table) and not self.copying.intersection(new_by_table):
                         for table, rows in self._in_weight_order(new_by_table):
                             send(cur, writes)
                             self._insert_new(cur, lit, table, rows, result)
@@ -241,11 +248,13 @@ class ZoneWriter:
         self, cur, lit, source_zone: str, table: str, changes: list[NetChange], result, read_first: bool
     ) -> list[str]:
         """Read, decide; returns the write statements (not yet sent). The table's new rows,
-        unless reading first, go ahead of the read as an INSERT (new_rows.py)."""
+        unless reading first, go ahead of the read as an INSERT (new_rows.py); in copy mode
+        they are read first too (the copy may have written them: decided by version)."""
         pk_cols = self.keyed_by_primary_key(table, changes)
+        copying = table in self.copying
         first: list[str] = []  # sent ahead of the reads: the new rows' INSERT
         loaded = 0  # rows a LOAD DATA in `first` must load
-        if not read_first and table not in self._marked:
+        if not read_first and not copying and table not in self._marked:
             fresh = [c for c in changes if c.first_op == INSERT and c.new is not None]
             if fresh:
                 changes = [c for c in changes if c.first_op != INSERT or c.new is None]
@@ -263,7 +272,20 @@ class ZoneWriter:
                 raise NotAllNew(table)
         else:
             self._marked.discard(table)
-        return plan_writes(lit, source_zone, table, pk_cols, changes, keys, targets, tombstone_versions, locks, result)
+        unique = copying and self.other_unique_keys(cur, table)
+        return plan_writes(
+            lit, source_zone, table, pk_cols, changes, keys, targets, tombstone_versions, locks, result, copying, unique
+        )
+
+    def other_unique_keys(self, cur, table: str) -> bool:
+        """Whether the table has a unique key besides its primary key (looked up once)."""
+        if table not in self._other_unique:
+            self._other_unique[table] = target_rows.other_unique_keys(cur, table)
+        return self._other_unique[table]
+
+    def copy_tables(self) -> frozenset[str]:
+        """The tables in copy mode in this zone now (target_rows.copy_tables)."""
+        return target_rows.copy_tables(self.connect())
 
     def ensure_positions(self, keys: list[tuple[str, int]]) -> None:
         """An apply_state row for every (source zone, partition): see apply_state.ensure."""

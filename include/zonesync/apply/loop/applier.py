@@ -53,6 +53,11 @@ Protocol:
    first) stops its partition the same way, serially retried until they arrive;
    after `behind_timeout` seconds the row is locked instead (a data lock).
 5. Lag per (source, partition) goes to meta every second; `zonesync lag`.
+6. Copy mode: the tables an online full copy is filling in this zone (its
+   zonesync.copy_tables) are read at each pass's start and once a second, and
+   handed to every writer (`copying`): their changes are decided by version alone
+   and written version-guarded (decide.py, "Copy mode"). A change of the list
+   takes effect within about a second, without a restart.
 
 Any error (zone down, broker gone) drops the consumer and the connections and
 starts again from step 1: what was committed is exactly what apply_state says.
@@ -124,6 +129,8 @@ class Applier:
         self.applied = 0
         self._local = threading.local()
         self._writers: list[ZoneWriter] = []
+        self._writers_lock = threading.Lock()  # writers made on the lanes' threads, `copying` replaced
+        self.copying: frozenset[str] = frozenset()  # tables in copy mode in this zone (step 6)
         self.meta_outage = MetaOutage(f"applier {zone}", log)
         self._unsent_alerts: list[tuple[str, dict]] = []
         self._topics_confirmed = False  # meta confirmed the partition counts once
@@ -164,14 +171,29 @@ class Applier:
             w.expired_waits = self.book.expired_waits
             w.table_weights = self.settings.table_weights  # tables in weight order inside a transaction
             self._local.writer = w
-            self._writers.append(w)
+            with self._writers_lock:
+                w.copying = self.copying
+                self._writers.append(w)
         return w
 
     def _close_writers(self) -> None:
-        for w in self._writers:
+        with self._writers_lock:
+            writers, self._writers = self._writers, []
+        for w in writers:
             w.close()
-        self._writers.clear()
         self._local = threading.local()
+
+    def _read_copy_tables(self) -> None:
+        """Step 6: the zone's tables in copy mode, handed to every writer when they changed
+        (a whole new set: a batch never sees it half-way)."""
+        tables = self._writer().copy_tables()
+        if tables == self.copying:
+            return
+        log.info("applier %s: tables in copy mode: %s", self.zone, sorted(tables) or "none")
+        with self._writers_lock:
+            self.copying = tables
+            for w in self._writers:
+                w.copying = tables
 
     # -- the loop ------------------------------------------------------------
     def run(self, max_seconds: float | None = None) -> None:
@@ -240,6 +262,7 @@ class Applier:
     # follow gaps), and tick() for the once-a-second work.
     def _pass(self, deadline: float | None) -> None:
         self.book.reset()
+        self._read_copy_tables()
         link = _Pass(self.bootstrap())
         link.consumer = self._open_consumer(link)
         # One single-threaded executor per worker: a worker applies its shares in order.
@@ -382,13 +405,14 @@ class Applier:
                 on_gap(consumer, key, gaps.get(key))
 
     def tick(self, link: _Pass, pending: dict[tuple[str, int], float]) -> None:
-        """Once a second: the broker still where it was, operators' halts and resumes, lag
-        (with the ages taken before the round), alerts kept while meta was down, and once a
-        minute the tombstones past the horizon."""
+        """Once a second: the broker still where it was, operators' halts and resumes, the
+        tables in copy mode, lag (with the ages taken before the round), alerts kept while
+        meta was down, and once a minute the tombstones past the horizon."""
         now = link.last_tick = time.monotonic()
         if self.bootstrap() != link.bootstrap_used:
             raise RuntimeError("the broker moved (new bootstrap): reconnecting")
         self.faults.check_status()
+        self._read_copy_tables()
         self.lag.report(link.consumer, pending)
         self._send_alerts()
         if now - self._last_gc >= 60:
