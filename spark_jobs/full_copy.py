@@ -146,8 +146,8 @@ def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> 
             if staged is not None:
                 staged(table, wave)
             for c in wave:
-                staged = merge_chunk(dst, dst_db, args.run_id, table, stage, columns, key, c["chunk"])
-                rows += staged or 0
+                merged = merge_chunk(dst, dst_db, args.run_id, table, stage, columns, key, c["chunk"])
+                rows += merged or 0
                 done += 1
             took = time.monotonic() - started
             rate = rows / max(took, 1e-9)

@@ -187,7 +187,7 @@ def test_in_copy_mode_rows_the_target_had_and_lacked_are_guarded_upserts_and_del
         ev(50, UPDATE, 5, 6, old=row(5, 5), new=row(5, 6)),  # has row 5, newer: skipped
     ]
     writes, result = plan(events, targets={2: row(2, 3, "copied"), 4: row(4, 2), 5: row(5, 9)})
-    delete, had, lacked, tombstones = writes
+    tombstones, delete, had, lacked = writes  # the tombstones ahead of the guarded delete (write_plan.py)
     assert delete.endswith("(`tenant_id` = 3 AND `_zs_version` < 6) OR (`tenant_id` = 4 AND `_zs_version` < 6)")
     assert "(2, 'had', 1, 6)" in had and "IF(VALUES(`_zs_version`) > `_zs_version`" in had
     assert "(1, 'lacked', 1, 6)" in lacked and "IF(VALUES(`_zs_version`) > `_zs_version`" in lacked

@@ -93,3 +93,23 @@ def test_the_sql_key_text_is_the_tombstones_key_text(key):
 def test_stage_names_are_short_and_stable():
     assert stage_name("r1", "tenants") == stage_name("r1", "tenants") != stage_name("r2", "tenants")
     assert len(stage_name("x" * 250, "t" * 64)) <= 64
+
+
+@pytest.mark.parametrize(
+    ("src", "dst", "src_deleted", "dst_deleted", "real"),
+    [
+        ({"[1]": (5, 11)}, {"[1]": (5, 11)}, set(), set(), []),  # equal
+        ({"[1]": (5, 11)}, {"[1]": (5, 12)}, set(), set(), ["[1]"]),  # same version, other content: real
+        ({"[1]": (5, 11)}, {}, set(), set(), ["[1]"]),  # the target lacks a settled row: real
+        ({}, {"[1]": (5, 11)}, set(), set(), ["[1]"]),  # the target holds a row the source lacks: real
+        ({"[1]": (150, 11)}, {"[1]": (5, 11)}, set(), set(), []),  # updated after the cut: in flight
+        ({"[1]": (5, 11)}, {"[1]": (150, 11)}, set(), set(), []),  # updated in the target after the cut
+        ({"[1]": (5, 11)}, {}, set(), {"[1]"}, []),  # the target deleted it after the cut
+        ({}, {"[1]": (5, 11)}, {"[1]"}, set(), []),  # the source deleted it after the cut
+        ({}, {"[1]": (5, 11)}, set(), {"[1]"}, ["[1]"]),  # deleted in the target only: no excuse for the source
+    ],
+)
+def test_verify_counts_only_differences_no_write_in_flight_explains(src, dst, src_deleted, dst_deleted, real):
+    from zonesync.copy.verify import real_differences
+
+    assert real_differences(src, dst, src_deleted, dst_deleted, cut=100) == real

@@ -218,39 +218,84 @@ def _absent_in_owner(ctx, owner: str, ends: dict, table: str, key, rows, wait_s:
         conn.close()
 
 
-def verify(ctx: CopyContext, attempts: int = 20, pause_s: float = 0.5) -> dict:
-    """Every chunk's row count and checksum equal in source and target. Both zones keep
-    writing, so a chunk that differs is looked at again (its rows in flight land a moment
-    later) before it counts as a difference."""
+def verify(ctx: CopyContext, attempts: int = 10, pause_s: float = 0.5) -> dict:
+    """Every chunk equal in source and target, while both keep writing (verify.py): at each
+    look, both zones first apply every zone's writes up to where each stood when the look
+    began; a chunk whose row count or checksum then differs is compared row by row, and
+    only rows no write in flight explains count. A difference still there after
+    `attempts` looks fails the copy, naming the rows."""
     run = _running(ctx)
     ctx.store.phase(ctx.run_id, "verifying")
     src, dst = ctx.zone_conn(run.source_zone), ctx.zone_conn(run.target_zone)
     try:
-        return {t: _verify_table(run, src, dst, ctx.run_id, t, ctx.app_db, attempts, pause_s) for t in run.tables}
+        return {t: _verify_table(ctx, run, src, dst, t, attempts, pause_s) for t in run.tables}
     finally:
         src.close()
         dst.close()
 
 
-def _verify_table(run: Copy, src, dst, run_id: str, table: str, app_db: str, attempts: int, pause_s: float) -> int:
+# How much older than the look a version must be to count as settled: a guarded
+# transaction commits within the rules' deadline (2 s) of taking its versions.
+SETTLED_MARGIN_US = 3_000_000
+
+
+def _settled_cut(ctx: CopyContext, run: Copy, timeout_s: float = 60.0) -> int:
+    """Wait until source and target applied every other zone up to where each zone's
+    binlog ended now; the version at or below which every write is then in both."""
     import time
 
-    from zonesync.copy.verify import chunk_sums
+    from zonesync.apply.tools.progress import is_applied
 
-    plan = chunks.read(dst, run_id, table)
-    cols = [c for c, _ in chunks.key_columns(src, app_db, table)]
-    differ = [c["chunk"] for c in plan]
+    cut = int(time.time() * 1_000_000) - SETTLED_MARGIN_US
+    zones = sorted(ctx.zones())
+    ends = {z: _with(ctx, z, binlog_end) for z in zones}
+    deadline = time.monotonic() + timeout_s
+    for zone in (run.source_zone, run.target_zone):
+        conn = ctx.zone_conn(zone)
+        try:
+            while not all(is_applied(ctx.meta, conn, z, ends[z]) for z in zones if z != zone):
+                if time.monotonic() > deadline:
+                    raise CopyRefused(f"verify: zone {zone} did not catch up with the others in {timeout_s:.0f} s")
+                time.sleep(0.1)
+        finally:
+            conn.close()
+    return cut
+
+
+def _verify_table(ctx: CopyContext, run: Copy, src, dst, table: str, attempts: int, pause_s: float) -> int:
+    import time
+
+    from zonesync.copy import verify as sums
+
+    plan = chunks.read(dst, ctx.run_id, table)
+    by_no = {c["chunk"]: c for c in plan}
+    cols = [c for c, _ in chunks.key_columns(src, ctx.app_db, table)]
+    differ, rows = [c["chunk"] for c in plan], {}
     for attempt in range(attempts):
-        have, got = chunk_sums(src, table, cols, plan, differ), chunk_sums(dst, table, cols, plan, differ)
+        cut = _settled_cut(ctx, run)
+        have, got = sums.chunk_sums(src, table, cols, plan, differ), sums.chunk_sums(dst, table, cols, plan, differ)
         differ = [n for n in differ if have[n] != got[n]]
+        if differ:
+            for n in differ:
+                a, b = sums.chunk_rows(src, table, cols, by_no[n]), sums.chunk_rows(dst, table, cols, by_no[n])
+                # (deletes looked up after the rows were read: one between the reads is seen)
+                src_gone, dst_gone = sums.recently_deleted(src, table, cut), sums.recently_deleted(dst, table, cut)
+                found = sums.real_differences(a, b, src_gone, dst_gone, cut)
+                rows[n] = [f"{k} {_side(a.get(k))} / {_side(b.get(k))}" for k in found]
+            differ = [n for n in differ if rows[n]]
         if not differ:
             return len(plan)
         if attempt < attempts - 1:
             time.sleep(pause_s)
+    keys = [k for n in differ for k in rows[n]][:5]
     raise CopyRefused(
         f"verify: {table} differs between {run.source_zone} and {run.target_zone} in chunks {differ[:10]} "
-        f"after {attempts} looks; the copy is not joined"
+        f"after {attempts} looks (key source / target: {'; '.join(keys)}); the copy is not joined"
     )
+
+
+def _side(row: tuple[int, int] | None) -> str:
+    return "absent" if row is None else f"version {row[0]}"
 
 
 def join(ctx: CopyContext) -> Copy:

@@ -224,12 +224,14 @@ def _writes(lit, change: NetChange, kind: str, state: list, pk_cols: list[str], 
         return upserts(lit, table, row) if had else inserts(lit, table, row)
     # a delete (of the row, or a tombstone only)
     key = [tuple([decode_row(change.pk)[k] for k in pk_cols])]
+    tombstone = tombstones.record(lit, name, [(change.pk_text, change.version)])
     writes = []
-    if copying:  # of a row the copy may have written since the read, too
-        writes += guarded_deletes(lit, table, pk_cols, key, [change.version])
-    elif kind == DELETE_ROW:
-        writes.append(f"DELETE FROM {q(table)} WHERE {key_condition(lit, pk_cols, key)}")
-    writes.append(tombstones.record(lit, name, [(change.pk_text, change.version)]))
+    if copying:  # the tombstone first (write_plan.py), then of a row the copy may have written since the read
+        writes += [tombstone, *guarded_deletes(lit, table, pk_cols, key, [change.version])]
+    else:
+        if kind == DELETE_ROW:
+            writes.append(f"DELETE FROM {q(table)} WHERE {key_condition(lit, pk_cols, key)}")
+        writes.append(tombstone)
     state[0], state[1] = None, max(state[1] or 0, change.version)
     return writes
 

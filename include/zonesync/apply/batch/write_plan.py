@@ -87,9 +87,14 @@ def plan_writes(
         gone.append((key, change.version))
         new_tombstones.append((change.pk_text, change.version))
     if copying:
-        writes += _copy_writes(lit, table, pk_cols, gone, to_update, to_insert, other_unique_keys)
-    else:
-        writes += _writes(lit, table, pk_cols, deletes, to_update, to_insert)
+        # The tombstones first: a chunk merge of the full copy (copy/merge.py) reads them
+        # with a locking read, so it either committed before this (its row is then deleted
+        # below) or waits for this transaction and sees them. Deleting first would let a
+        # merge that locked the tombstones' gap insert the row after the guarded delete.
+        if new_tombstones:
+            writes.append(tombstones.record(lit, name, new_tombstones))
+        return writes + _copy_writes(lit, table, pk_cols, gone, to_update, to_insert, other_unique_keys)
+    writes += _writes(lit, table, pk_cols, deletes, to_update, to_insert)
     if new_tombstones:
         writes.append(tombstones.record(lit, name, new_tombstones))
     return writes
