@@ -20,7 +20,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param, TriggerRule
 
-from zonesync_airflow.operators.copy import ZoneCopyCaughtUpSensor, ZoneCopyStepOperator
+from zonesync_airflow.operators.copy_steps import ZoneCopyCaughtUpSensor, ZoneCopyStepOperator
 from zonesync_airflow.operators.spark import ZoneSparkSubmitOperator
 
 JOB = str(Path(__file__).resolve().parents[1] / "spark_jobs" / "full_copy.py")
