@@ -53,7 +53,7 @@ with DAG(
         ),
     },
 ) as dag:
-    preflight = ZoneCopyStepOperator(task_id="preflight", step="preflight", retries=0)
+    preflight = ZoneCopyStepOperator(task_id="preflight", step="preflight")
     record_start = ZoneCopyStepOperator(task_id="record_start", step="record_start")
     start_incremental = ZoneCopyStepOperator(task_id="start_incremental", step="start_incremental")
     row_copy = ZoneSparkSubmitOperator(
