@@ -319,3 +319,51 @@ def test_rows_only_the_target_holds_go_only_when_certain(cluster, guard_env, zon
     assert [r[:2] + (r[4],) for r in after] == [r[:2] + (r[4],) for r in before]
     assert all(a[2] >= b[2] for a, b in zip(after, before, strict=True))
     no_trouble(meta)
+
+
+def test_a_repair_copy_cures_partitions_halted_for_a_full_copy(cluster, guard_env, zones, meta, spark, tmp_path,
+                                                              clean_copies):  # fmt: skip
+    """S000-53 / S000-57 / S000-69: b's partitions of source a halted "needs full copy" (as
+    after expired messages) while a kept writing. A repair copy of only some tables is
+    refused (the lost events may touch any table); one of every table runs, the halted
+    partitions resume from positions the copy made safe, b ends equal to a, and a's next
+    write reaches b by normal replication."""
+    from zonesync.apply.tools.progress import halt
+
+    seed(zones, "a", range(1, 301))
+    wait_converged(zones, ("tenants",), timeout=60)
+    conn = zones["b"].connect()
+    halted = halt(conn, "a", None, "needs full copy: messages expired (test)")
+    conn.close()
+    assert halted == list(range(cluster.partitions))
+    guard = guard_env("a")
+    with guard.transaction() as tx:
+        for k in range(301, 351):
+            tx.insert("tenants", {"tenant_id": k, "name": "while b was halted"})
+        for k in range(1, 21):
+            tx.update("tenants", {"tenant_id": k}, {"name": "updated while b was halted"})
+        for k in range(21, 31):
+            tx.delete("tenants", {"tenant_id": k})
+    partial = context(cluster, zones, meta, "repair-some")
+    with pytest.raises(steps.CopyRefused, match="tables: zone b has halted partitions"):
+        steps.preflight(partial)
+    assert partial.store.get("repair-some") is None
+
+    ctx = context(cluster, zones, meta, "repair")
+    ctx.request = CopyRequest("a", "b", (), "repair", "test: cure the halt")
+    steps.preflight(ctx)
+    steps.record_start(ctx)
+    steps.start_incremental(ctx)
+    full_copy.run(spark, copy_args(zones, tmp_path, "repair", "a", "b", tables=ctx.run().tables))
+    wait_until(lambda: steps.caught_up(ctx), 60, "b caught up", step=0.1)
+    steps.prune(ctx)
+    steps.verify(ctx)
+    steps.join(ctx)
+    assert checksum(zones["b"]) == checksum(zones["a"])
+    with zones["b"].connect().cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM zonesync.apply_state WHERE status <> 'running'")
+        assert cur.fetchone()[0] == 0
+    with guard.transaction() as tx:
+        tx.insert("tenants", {"tenant_id": 399, "name": "after the repair"})
+    wait_until(lambda: _row(zones["b"], 399) is not None, 30, "a's next write reaches b")
+    no_trouble(meta)
