@@ -48,6 +48,13 @@ with DAG(
         "reason": Param("", type="string", minLength=1, maxLength=500, description="Why (kept in the history)."),
         "chunk_rows": Param(50000, type="integer", minimum=100, maximum=10000000, description="Rows per chunk."),
         "parallel": Param(4, type="integer", minimum=1, maximum=256, description="Chunks read and merged at a time."),
+        "max_lag_s": Param(
+            5.0,
+            type="number",
+            minimum=0,
+            maximum=3600,
+            description="The row copy waits while another zone's replication lags more (0: never waits).",
+        ),
         "catch_up_timeout_s": Param(
             3600, type="integer", minimum=10, maximum=604800, description="catch_up gives up (and rolls back) after."
         ),
@@ -73,7 +80,10 @@ with DAG(
             "{{ params.chunk_rows }}",
             "--parallel",
             "{{ params.parallel }}",
+            "--max-lag-s",
+            "{{ params.max_lag_s }}",
         ],
+        meta_conn_id="zonesync_meta",
         name="zonesync-full-copy",
         execution_timeout=timedelta(hours=12),
     )

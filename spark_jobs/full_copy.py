@@ -36,6 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chunk-rows", type=int, default=50_000, help="rows per key-range chunk")
     parser.add_argument("--parallel", type=int, default=4, help="chunks read and merged at a time")
     parser.add_argument("--stop-after", type=int, default=0, help="(tests) stop after this many chunks")
+    parser.add_argument("--meta", help="the meta store, mysql://user@host:port/db (password: ZONESYNC_META_PASSWORD)")
+    parser.add_argument("--max-lag-s", type=float, default=0.0, help="wait while another zone lags more (0: never)")
     add_zone_args(parser)
     args = parser.parse_args(argv)
     args.table = [t for value in args.table for t in value.split(",") if t]  # --table a,b too
@@ -46,6 +48,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--chunk-rows {args.chunk_rows} is out of range: use 100..10000000")
     if not 1 <= args.parallel <= 256:
         parser.error(f"--parallel {args.parallel} is out of range: use 1..256")
+    if args.max_lag_s < 0:
+        parser.error(f"--max-lag-s {args.max_lag_s}: use 0 (never wait) or a number of seconds")
+    if args.max_lag_s and not args.meta:
+        parser.error("--max-lag-s needs --meta mysql://user@host:port/db: the lag is read from the meta store")
     return args
 
 
@@ -121,6 +127,9 @@ def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> 
     after a wave is staged and before it is merged."""
     from zonesync.copy import chunks as chunk_plan
     from zonesync.copy.merge import clear_chunks, create_stage, merge_chunk, stage_name
+    from zonesync.copy.throttle import wait_for_lag
+
+    meta = _meta(args)
 
     (src_url, src_props), (dst_url, dst_props) = zones[args.source], zones[args.target]
     src, dst = db_connect(src_url, src_props), db_connect(dst_url, dst_props)
@@ -141,6 +150,8 @@ def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> 
             pending = pending[: args.stop_after]
         for start in range(0, len(pending), args.parallel):
             wave = pending[start : start + args.parallel]
+            if meta is not None:
+                wait_for_lag(meta, args.target, args.max_lag_s, log)
             load(transform(extract(spark, src_url, src_props, src_db, table, key, wave), columns), dst_url, dst_props,
                  stage)  # fmt: skip
             if staged is not None:
@@ -160,6 +171,19 @@ def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> 
         dst.close()
 
 
+def _meta(args):
+    """The meta store the throttle reads (None without --max-lag-s)."""
+    if not getattr(args, "max_lag_s", 0):
+        return None
+    import os
+
+    from zonesync.meta.db import MetaConfig
+
+    return MetaConfig.from_env(
+        {"ZONESYNC_META_URL": args.meta, "ZONESYNC_META_PASSWORD": os.environ.get("ZONESYNC_META_PASSWORD", "")}
+    )
+
+
 def _columns(conn, db: str, table: str) -> list[tuple[str, str]]:
     with conn.cursor() as cur:
         cur.execute(
@@ -172,12 +196,12 @@ def _columns(conn, db: str, table: str) -> list[tuple[str, str]]:
     return list(rows)
 
 
-def run(spark, args, staged=None) -> dict:
+def run(spark, args, staged=None, log=print) -> dict:
     zones = zone_props(args)
     for field, zone in (("--source", args.source), ("--target", args.target)):
         if zone not in zones:
             raise SystemExit(f"{field} {zone}: no --zone {zone}=JDBC_URL was given")
-    result = {t: copy_table(spark, args, zones, t, staged=staged) for t in args.table}
+    result = {t: copy_table(spark, args, zones, t, log=log, staged=staged) for t in args.table}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2))
     return result

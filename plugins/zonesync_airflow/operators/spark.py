@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,11 +35,16 @@ def output_dir() -> Path:
 class ZoneSparkSubmitOperator(SparkSubmitOperator):
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "zones")
 
-    def __init__(self, *, zones: Sequence[str] | str, conn_id: str = "spark_local", **kwargs) -> None:
+    def __init__(
+        self, *, zones: Sequence[str] | str, conn_id: str = "spark_local", meta_conn_id: str | None = None, **kwargs
+    ) -> None:
+        """`meta_conn_id`: also pass the meta store (`--meta URL`, its password in the
+        environment), for jobs that read it."""
         kwargs.setdefault("jars", MARIADB_JDBC_JAR)
         kwargs.setdefault("driver_class_path", MARIADB_JDBC_JAR)
         super().__init__(conn_id=conn_id, **kwargs)
         self.zones = zones
+        self.meta_conn_id = meta_conn_id
 
     def execute(self, context):
         zones = self.zones.split(",") if isinstance(self.zones, str) else list(self.zones)
@@ -53,6 +59,13 @@ class ZoneSparkSubmitOperator(SparkSubmitOperator):
             ep = ZoneHook.for_zone(zone).endpoint()
             args += ["--zone", f"{ep.name}={ep.jdbc_url()}", "--zone-user", f"{ep.name}={ep.user}"]
             env[password_env_var(ep.name)] = ep.password
+        if self.meta_conn_id:
+            from zonesync_airflow.hooks.meta import ZonesyncMetaHook
+
+            meta = ZonesyncMetaHook(self.meta_conn_id).meta_config()
+            user = urllib.parse.quote(meta.user)
+            args += ["--meta", f"mysql://{user}@{meta.host}:{meta.port}/{meta.database}"]
+            env["ZONESYNC_META_PASSWORD"] = meta.password
         args += ["--output", str(out)]
         self.application_args = args
         # spark-submit needs JAVA_HOME, PATH and PYSPARK_PYTHON from the worker's environment.

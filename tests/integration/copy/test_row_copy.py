@@ -77,3 +77,28 @@ def test_chunks_are_key_ranges_that_cover_every_key(zones, empty):
     planned = chunks.plan(conn, "tenants", ["tenant_id"], 30)
     assert planned == [(None, [210]), ([210], [420]), ([420], [630]), ([630], None)]
     assert chunks.predicate(["tenant_id"], [210], [420]) == "`tenant_id` > 210 AND `tenant_id` <= 420"
+
+
+def test_the_copy_waits_while_another_zone_lags(zones, meta, spark, tmp_path, empty):
+    """S000-78: with c lagging past --max-lag-s, no chunk is read; once c is back under
+    it the copy goes on. The target's own lag (its appliers replay by design) is ignored."""
+    import threading
+
+    from tests.support.background import wait_until
+    from tests.support.rules import meta_url
+
+    _fill(zones["a"], [(i, f"t{i}", 1, 1000 + i) for i in range(1, 1001)])
+    meta.run(
+        "INSERT INTO apply_lag (source_zone, target_zone, partition_no, applied_lsn, behind_events, behind_seconds) "
+        "VALUES ('a', 'c', 0, 1, 500, 30.0), ('a', 'b', 0, 1, 9000, 300.0)"
+    )
+    said: list[str] = []
+    args = copy_args(zones, tmp_path, "throttled", "a", "b", meta=meta_url(meta), max_lag_s=2.0)
+    job = threading.Thread(target=lambda: said.append(full_copy.run(spark, args, log=said.append)), daemon=True)
+    job.start()
+    wait_until(lambda: any("throttled: a -> c lags 30.0 s" in str(s) for s in said), 60, "the copy throttles")
+    assert not any(c["status"] == "done" for c in chunks.read(zones["b"].connect(), "throttled", "tenants"))
+    meta.run("UPDATE apply_lag SET behind_seconds = 0.5 WHERE target_zone = 'c'")
+    job.join(120)
+    assert not job.is_alive() and isinstance(said[-1], dict) and said[-1]["tenants"]["rows"] == 1000
+    assert checksum(zones["b"]) == checksum(zones["a"])
