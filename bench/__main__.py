@@ -8,10 +8,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import foundation, guard, replication, switch
+from bench import foundation, full_copy, guard, replication, switch
 from bench.harness import BenchEnv, print_table
 
-SUITES = {"foundation": foundation.run, "guard": guard.run, "replication": replication.run, "switch": switch.run}
+SUITES = {
+    "foundation": foundation.run,
+    "guard": guard.run,
+    "replication": replication.run,
+    "switch": switch.run,
+    "copy": full_copy.run,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -122,53 +122,103 @@ def find_orphans(target_keys, source_keys, key: list[str]):
     return target_keys.join(source_keys, on=key, how="left_anti")
 
 
-def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> dict:
-    """Copy one table's pending chunks, a wave at a time; `staged(table, wave)` (tests) runs
-    after a wave is staged and before it is merged."""
-    from zonesync.copy import chunks as chunk_plan
-    from zonesync.copy.merge import clear_chunks, create_stage, merge_chunk, stage_name
-    from zonesync.copy.throttle import wait_for_lag
+class TableCopy:
+    """One table's row copy (see the module's text). Waves overlap: while the target
+    merges wave N (a thread of the driver, on its own connection), Spark reads and
+    stages wave N+1."""
 
-    meta = _meta(args)
+    def __init__(self, spark, args, zones: dict, table: str, log=print, staged=None):
+        self.spark, self.args, self.zones, self.table, self.log, self.staged = spark, args, zones, table, log, staged
+        (self.src_url, self.src_props), (self.dst_url, self.dst_props) = zones[args.source], zones[args.target]
+        self.src_db, self.dst_db = self.src_url.rsplit("/", 1)[1], self.dst_url.rsplit("/", 1)[1]
+        self.rows = self.done = 0
 
-    (src_url, src_props), (dst_url, dst_props) = zones[args.source], zones[args.target]
-    src, dst = db_connect(src_url, src_props), db_connect(dst_url, dst_props)
-    try:
-        src_db, dst_db = src_url.rsplit("/", 1)[1], dst_url.rsplit("/", 1)[1]
-        key = chunk_plan.check_copyable(src, src_db, table, args.source)
-        chunk_plan.check_copyable(dst, dst_db, table, args.target)
-        columns = [c for c, _ in _columns(dst, dst_db, table)]
-        plan = chunk_plan.ensure_plan(dst, src, args.run_id, table, key, args.chunk_rows)
-        stage = stage_name(args.run_id, table)
-        with dst.cursor() as cur:
-            for stmt in create_stage(dst_db, table, stage):
-                cur.execute(stmt)
-        pending = [c for c in plan if c["status"] != "done"]
-        clear_chunks(dst, stage, [c["chunk"] for c in pending])
-        started, rows, done = time.monotonic(), 0, len(plan) - len(pending)
-        if args.stop_after:
-            pending = pending[: args.stop_after]
-        for start in range(0, len(pending), args.parallel):
-            wave = pending[start : start + args.parallel]
+    def run(self) -> dict:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from zonesync.copy import chunks as chunk_plan
+        from zonesync.copy.merge import drop_stage, stage_name
+
+        args, table = self.args, self.table
+        src, dst = db_connect(self.src_url, self.src_props), db_connect(self.dst_url, self.dst_props)
+        merger = ThreadPoolExecutor(1, thread_name_prefix="merge")
+        try:
+            self.key = chunk_plan.check_copyable(src, self.src_db, table, args.source)
+            chunk_plan.check_copyable(dst, self.dst_db, table, args.target)
+            self.columns = [c for c, _ in _columns(dst, self.dst_db, table)]
+            self.plan = chunk_plan.ensure_plan(dst, src, args.run_id, table, self.key, args.chunk_rows)
+            self.stage = stage_name(args.run_id, table)
+            drop_stage(dst, self.stage, waves_only=True)  # what a killed attempt staged
+            pending = [c for c in self.plan if c["status"] != "done"]
+            self.done, self.started = len(self.plan) - len(pending), time.monotonic()
+            self._waves(pending[: args.stop_after] if args.stop_after else pending, dst, merger)
+            seconds = round(time.monotonic() - self.started, 3)
+            complete = self.done == len(self.plan)
+            orphans = stage_orphans(self.spark, self.zones, args, table, self.key, self.stage) if complete else None
+            return {"chunks": len(self.plan), "done": self.done, "rows": self.rows, "seconds": seconds,
+                    "orphans": orphans}  # fmt: skip
+        finally:
+            merger.shutdown(wait=True)
+            src.close()
+            dst.close()
+
+    def _waves(self, pending: list[dict], dst, merger) -> None:
+        from zonesync.copy.merge import create_stage, wave_stage
+        from zonesync.copy.throttle import wait_for_lag
+
+        meta, merging = _meta(self.args), None
+        for start in range(0, len(pending), self.args.parallel):
+            wave = pending[start : start + self.args.parallel]
             if meta is not None:
-                wait_for_lag(meta, args.target, args.max_lag_s, log)
-            load(transform(extract(spark, src_url, src_props, src_db, table, key, wave), columns), dst_url, dst_props,
-                 stage)  # fmt: skip
-            if staged is not None:
-                staged(table, wave)
+                wait_for_lag(meta, self.args.target, self.args.max_lag_s, self.log)
+            stage = wave_stage(self.stage, wave[0]["chunk"])
+            with dst.cursor() as cur:
+                for stmt in create_stage(self.dst_db, self.table, stage):
+                    cur.execute(stmt)
+            t0 = time.monotonic()
+            df = transform(extract(self.spark, self.src_url, self.src_props, self.src_db, self.table, self.key, wave),
+                           self.columns)  # fmt: skip
+            load(df, self.dst_url, self.dst_props, stage)
+            if self.staged is not None:  # (tests) every earlier wave merged, this one staged
+                if merging is not None:
+                    self._merged(*merging.result())
+                    merging = None
+                self.staged(self.table, wave)
+            staged_s = time.monotonic() - t0
+            if merging is not None:
+                self._merged(*merging.result())
+            merging = merger.submit(self._merge_wave, wave, stage, staged_s)
+        if merging is not None:
+            self._merged(*merging.result())
+
+    def _merge_wave(self, wave: list[dict], stage: str, staged_s: float) -> tuple[int, int, float, float]:
+        """(rows, chunks, seconds staging took, seconds merging took): the merge thread's."""
+        from zonesync.copy.merge import drop_table, merge_chunk
+
+        t0, rows = time.monotonic(), 0
+        conn = db_connect(self.dst_url, self.dst_props)
+        try:
             for c in wave:
-                merged = merge_chunk(dst, dst_db, args.run_id, table, stage, columns, key, c["chunk"])
-                rows += merged or 0
-                done += 1
-            took = time.monotonic() - started
-            rate = rows / max(took, 1e-9)
-            log(f"{table}: {done}/{len(plan)} chunks, {rows} rows in {took:.1f} s ({rate:.0f} rows/s)")
-        seconds = round(time.monotonic() - started, 3)
-        orphans = stage_orphans(spark, zones, args, table, key, stage) if done == len(plan) else None
-        return {"chunks": len(plan), "done": done, "rows": rows, "seconds": seconds, "orphans": orphans}
-    finally:
-        src.close()
-        dst.close()
+                rows += merge_chunk(conn, self.dst_db, self.args.run_id, self.table, stage, self.columns, self.key,
+                                    c["chunk"]) or 0  # fmt: skip
+            drop_table(conn, stage)
+        finally:
+            conn.close()
+        return rows, len(wave), staged_s, time.monotonic() - t0
+
+    def _merged(self, rows: int, chunks: int, staged_s: float, merged_s: float) -> None:
+        self.rows, self.done = self.rows + rows, self.done + chunks
+        took = time.monotonic() - self.started
+        self.log(
+            f"{self.table}: {self.done}/{len(self.plan)} chunks, {self.rows} rows in {took:.1f} s "
+            f"({self.rows / max(took, 1e-9):.0f} rows/s; a wave staged in {staged_s:.2f} s, merged in {merged_s:.2f} s)"
+        )
+
+
+def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> dict:
+    """Copy one table's pending chunks; `staged(table, wave)` (tests) runs once a wave is
+    staged and every earlier one merged, before the wave is merged."""
+    return TableCopy(spark, args, zones, table, log, staged).run()
 
 
 def _meta(args):

@@ -1,9 +1,9 @@
 """Landing a chunk in the target: the applier's version rule, as one statement the
 target runs itself.
 
-The Spark job appends a chunk's rows to a staging table in the target's `zonesync`
-database (no keys but the chunk's, so rows read at different moments never clash),
-then one transaction per chunk:
+The Spark job appends a wave's chunks to a staging table of their own in the target's
+`zonesync` database (no keys but the chunk number's, so rows read at different moments
+never clash), then one transaction per chunk:
 
 1. locks the chunk's row in copy_chunks; a chunk already done is not merged again
    (a re-run after a kill);
@@ -12,7 +12,11 @@ then one transaction per chunk:
    away), and ON DUPLICATE KEY UPDATE every column only if the staged version is
    newer (S000-71..75: the newest version wins, whichever path came first);
    _zs_version is assigned last, as MySQL assigns left to right;
-3. marks the chunk done with its counts and drops its staged rows.
+3. marks the chunk done with its counts.
+
+Once every chunk of the wave is merged its staging table is dropped (cheaper than
+deleting its rows); a killed attempt's staging tables are dropped when the job starts
+again, and its chunks that did not commit are read again into new ones.
 
 The transaction runs in REPEATABLE READ: the tombstone lookup inside INSERT …
 SELECT is then a locking read, so an applier's delete either committed its
@@ -33,9 +37,14 @@ CHUNK_COL = "_zs_chunk"
 
 
 def stage_name(run_id: str, table: str) -> str:
-    """The staging table of one run and table: a short stable name."""
+    """The prefix of one run and table's staging tables: a short stable name."""
     digest = hashlib.sha1(f"{run_id}\0{table}".encode()).hexdigest()[:12]
     return f"copy_stage_{digest}"
+
+
+def wave_stage(stage: str, first_chunk: int) -> str:
+    """The staging table of the wave that starts at chunk `first_chunk`."""
+    return f"{stage}_w{int(first_chunk)}"
 
 
 def create_stage(app_db: str, table: str, stage: str) -> list[str]:
@@ -73,8 +82,8 @@ def merge_statement(app_db: str, table: str, stage: str, columns: list[str], key
 
 
 def merge_chunk(conn, app_db: str, run_id: str, table: str, stage: str, columns, key_cols, chunk: int) -> int | None:
-    """Merge one staged chunk and mark it done, in one transaction; the number of rows
-    staged for it, or None when it was done already (its staged rows are dropped)."""
+    """Merge one staged chunk (from the staging table `stage`) and mark it done, in one
+    transaction; the number of rows staged for it, or None when it was done already."""
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cur.execute("SET SESSION skip_replication = 1")
@@ -89,7 +98,6 @@ def merge_chunk(conn, app_db: str, run_id: str, table: str, stage: str, columns,
             cur.execute(f"SELECT COUNT(*) FROM {q(STAGE_DB)}.{q(stage)} WHERE {q(CHUNK_COL)} = %s", (chunk,))
             staged = int(cur.fetchone()[0])
             if row is not None and row[0] == "done":
-                cur.execute(f"DELETE FROM {q(STAGE_DB)}.{q(stage)} WHERE {q(CHUNK_COL)} = %s", (chunk,))
                 conn.commit()
                 return None
             landed = cur.execute(merge_statement(app_db, table, stage, list(columns), list(key_cols), chunk))
@@ -98,7 +106,6 @@ def merge_chunk(conn, app_db: str, run_id: str, table: str, stage: str, columns,
                 "WHERE run_id = %s AND table_name = %s AND chunk_no = %s",
                 (staged, landed, run_id, table, chunk),
             )
-            cur.execute(f"DELETE FROM {q(STAGE_DB)}.{q(stage)} WHERE {q(CHUNK_COL)} = %s", (chunk,))
             conn.commit()
             return staged
         except BaseException:
@@ -106,18 +113,21 @@ def merge_chunk(conn, app_db: str, run_id: str, table: str, stage: str, columns,
             raise
 
 
-def clear_chunks(conn, stage: str, chunks: list[int]) -> None:
-    """Drop what a killed attempt staged for chunks about to be read again."""
-    if not chunks:
-        return
+def drop_stage(conn, stage: str, waves_only: bool = False) -> None:
+    """Drop the staging tables of a run and table (`waves_only`: the waves', not the
+    candidates the prune step still reads)."""
+    pattern = stage.replace("_", "\\_") + ("\\_w%" if waves_only else "%")
     with conn.cursor() as cur:
         cur.execute(
-            f"DELETE FROM {q(STAGE_DB)}.{q(stage)} WHERE {q(CHUNK_COL)} IN ({', '.join(str(int(c)) for c in chunks)})"
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME LIKE %s",
+            (STAGE_DB, pattern),
         )
+        for (name,) in cur.fetchall():
+            cur.execute(f"DROP TABLE IF EXISTS {q(STAGE_DB)}.{q(name)}")
     conn.commit()
 
 
-def drop_stage(conn, stage: str) -> None:
+def drop_table(conn, name: str) -> None:
     with conn.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {q(STAGE_DB)}.{q(stage)}")
+        cur.execute(f"DROP TABLE IF EXISTS {q(STAGE_DB)}.{q(name)}")
     conn.commit()

@@ -1,0 +1,197 @@
+"""Online full copy's row copy against `mariadb-dump | mariadb` of the same table.
+
+The same table (COPY_ROWS rows, 1M by default, up to 10M) is copied from zone a into an
+emptied zone b, COPY_REPS times each, taking turns, while a writer changes the table
+in zone a at WRITES_PER_S (both see the same load):
+
+- baseline: `mariadb-dump --single-transaction` of the table from a, piped into
+  `mariadb` at b: what an operator would do by hand (a consistent snapshot, multi-row
+  INSERTs), with no version guard and nothing kept in step afterwards.
+- zonesync: `spark-submit spark_jobs/full_copy.py` (local[2], driver memory 1 GiB):
+  key-range chunks read over JDBC, staged in bulk, merged by the target with the version
+  and tombstone guards, each chunk's state committed with its rows. Wall time from
+  submit to exit, Spark's start included.
+
+rows/s is the table's row count over the wall time; each side's best repeat counts.
+Target >= 1.0x (moonshot 1.5x). Peak RSS of the job's processes (driver JVM, which
+runs the local executors too, and the Python driver) at COPY_ROWS and at 3 x COPY_ROWS:
+flat means the 3x copy's peak is within 1.25x of the 1x copy's (the row
+``copy: peak RSS, 1x vs 3x rows``; higher is better: 1x peak / 3x peak, target 0.8).
+
+Not measured here yet: the other zones' replication lag during a copy (their workers
+are not running in this bench).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from bench.harness import BenchEnv, Row
+from zonesync.dev import env as dev_env
+
+COPY_ROWS = int(os.environ.get("ZONESYNC_BENCH_COPY_ROWS", 1_000_000))
+COPY_REPS = int(os.environ.get("ZONESYNC_BENCH_COPY_REPS", 2))
+WRITES_PER_S = int(os.environ.get("ZONESYNC_BENCH_COPY_WRITES", 500))
+if not (1_000 <= COPY_ROWS <= 10_000_000 and COPY_REPS >= 1):
+    raise SystemExit("ZONESYNC_BENCH_COPY_ROWS: 1000..10000000; ZONESYNC_BENCH_COPY_REPS: at least 1")
+JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "full_copy.py"
+JAR = "/usr/share/java/mariadb-java-client.jar"
+TABLE = "bench_copy_rows"
+DDL = (
+    f"CREATE TABLE IF NOT EXISTS zonesync_app.{TABLE} (id BIGINT PRIMARY KEY, k INT NOT NULL, "
+    "v VARCHAR(64) NOT NULL, _zs_origin SMALLINT NOT NULL DEFAULT 1, _zs_version BIGINT NOT NULL DEFAULT 1)"
+)
+
+
+def _exec(inst, *sql) -> None:
+    conn = inst.connect("zonesync_app")
+    try:
+        with conn.cursor() as cur:
+            for s in sql:
+                cur.execute(s)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _fill(a, rows: int) -> None:
+    _exec(a, "SET SESSION sql_log_bin = 0", DDL, f"TRUNCATE zonesync_app.{TABLE}",
+          f"INSERT INTO zonesync_app.{TABLE} SELECT seq, seq % 1000, CONCAT('row ', seq, ' of the copy bench'), 1, "
+          f"seq FROM seq_1_to_{rows}")  # fmt: skip
+
+
+def _empty(b) -> None:
+    _exec(b, "SET SESSION sql_log_bin = 0", DDL, f"TRUNCATE zonesync_app.{TABLE}", "DELETE FROM zonesync.copy_chunks")
+
+
+class Writer(threading.Thread):
+    """Updates (and some inserts) of the table in zone a at `rate` per second."""
+
+    def __init__(self, inst, rate: int, rows: int):
+        super().__init__(daemon=True)
+        self.inst, self.rate, self.rows = inst, rate, rows
+        self.stopping = threading.Event()
+        self.done = 0
+
+    def run(self) -> None:
+        conn = self.inst.connect("zonesync_app")
+        conn.autocommit(True)
+        started = time.monotonic()
+        try:
+            with conn.cursor() as cur:
+                while not self.stopping.is_set():
+                    n = self.done
+                    if n % 10 == 0:  # one in ten a new row past the end
+                        cur.execute(f"INSERT INTO {TABLE} VALUES (%s, 1, 'new', 1, %s)", (20_000_000 + n, 2 + n))
+                    else:
+                        cur.execute(
+                            f"UPDATE {TABLE} SET v = 'changed', _zs_version = _zs_version + 1 WHERE id = %s",
+                            (1 + (n * 7919) % self.rows,),
+                        )
+                    self.done += 1
+                    ahead = self.done / self.rate - (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        finally:
+            conn.close()
+
+
+def _dump_restore(a, b) -> float:
+    started = time.monotonic()
+    dump = subprocess.Popen(
+        ["mariadb-dump", "-h", "127.0.0.1", "-P", str(a.port), "-u", "root", "--single-transaction", "--no-create-info",
+         "--skip-add-locks", "zonesync_app", TABLE],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    load = subprocess.run(["mariadb", "-h", "127.0.0.1", "-P", str(b.port), "-u", "root", "zonesync_app"],
+                          stdin=dump.stdout, capture_output=True)  # fmt: skip
+    dump.stdout.close()
+    if dump.wait() != 0 or load.returncode != 0:
+        raise RuntimeError(f"mariadb-dump | mariadb failed: {load.stderr.decode()[-500:]}")
+    return time.monotonic() - started
+
+
+def _spark_copy(a, b, run_id: str, workdir: Path) -> tuple[float, float]:
+    """(seconds, peak RSS MiB of the job's process tree)."""
+    import pyspark
+
+    home = Path(pyspark.__file__).resolve().parent
+    cmd = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "1g", "--jars", JAR,
+           "--driver-class-path", JAR, "--conf", "spark.ui.enabled=false", str(JOB), "--run-id", run_id,
+           "--source", "a", "--target", "b", "--table", TABLE, "--chunk-rows", "50000", "--parallel", "2",
+           "--zone", f"a=jdbc:mysql://127.0.0.1:{a.port}/zonesync_app", "--zone",
+           f"b=jdbc:mysql://127.0.0.1:{b.port}/zonesync_app", "--output", str(workdir / f"{run_id}.json")]  # fmt: skip
+    env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable)
+    started = time.monotonic()
+    log = open(workdir / f"{run_id}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    peak = 0.0
+    while proc.poll() is None:
+        try:
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in tree) / 2**20)
+        except psutil.Error:
+            pass
+        time.sleep(0.2)
+    took = time.monotonic() - started
+    log.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"full_copy failed: see {workdir / (run_id + '.log')}")
+    return took, peak
+
+
+def _same(a, b) -> bool:
+    q = f"SELECT COUNT(*), BIT_XOR(CRC32(CONCAT_WS('#', id, k, v))) FROM zonesync_app.{TABLE} WHERE id <= {COPY_ROWS}"
+    out = []
+    for inst in (a, b):
+        conn = inst.connect()
+        with conn.cursor() as cur:
+            cur.execute(q)
+            out.append(cur.fetchone())
+        conn.close()
+    return out[0][0] == out[1][0]
+
+
+def run(env: BenchEnv) -> list[Row]:
+    dev_env.up_meta(env.cfg)
+    dev_env.up_zone_bookkeeping(env.cfg)
+    a, b = env.instances["a"], env.instances["b"]
+    workdir = env.cfg.state_dir / "bench-copy"
+    workdir.mkdir(parents=True, exist_ok=True)
+    _fill(a, COPY_ROWS)
+    dumps, copies, peaks = [], [], []
+    for rep in range(COPY_REPS):
+        writer = Writer(a, WRITES_PER_S, COPY_ROWS)
+        writer.start()
+        try:
+            _empty(b)
+            dumps.append(COPY_ROWS / _dump_restore(a, b))
+            _empty(b)
+            took, peak = _spark_copy(a, b, f"bench-{rep}", workdir)
+            copies.append(COPY_ROWS / took)
+            peaks.append(peak)
+        finally:
+            writer.stopping.set()
+            writer.join(10)
+        assert _same(a, b), "the copy's target does not hold the source's rows"
+        print(f"copy repeat {rep + 1}/{COPY_REPS}: dump|restore {dumps[-1]:,.0f} r/s, zonesync {copies[-1]:,.0f} r/s "
+              f"({copies[-1] / dumps[-1]:.2f}x), peak RSS {peak:.0f} MiB, writer {writer.done} writes")  # fmt: skip
+    _fill(a, 3 * COPY_ROWS)
+    _empty(b)
+    _, peak3 = _spark_copy(a, b, "bench-3x", workdir)
+    print(f"copy of {3 * COPY_ROWS:,} rows: peak RSS {peak3:.0f} MiB (vs {max(peaks):.0f} MiB at {COPY_ROWS:,})")
+    _exec(a, "SET SESSION sql_log_bin = 0", f"DROP TABLE zonesync_app.{TABLE}")
+    _exec(b, "SET SESSION sql_log_bin = 0", f"DROP TABLE zonesync_app.{TABLE}")
+    return [
+        Row(f"copy: {COPY_ROWS // 1000}k rows, {WRITES_PER_S} writes/s", max(copies), max(dumps), "r/s", 1.0,
+            f"mariadb-dump --single-transaction | mariadb, same table and zones, best of {COPY_REPS} each"),
+        Row("copy: peak RSS, 1x vs 3x rows", max(peaks), peak3, "MiB", 0.8,
+            f"the same copy of {3 * COPY_ROWS:,} rows (ratio = 1x peak / 3x peak: flat is 1.0)"),
+    ]  # fmt: skip
