@@ -7,7 +7,7 @@ in zone a at WRITES_PER_S (both see the same load):
 - baseline: `mariadb-dump --single-transaction` of the table from a, piped into
   `mariadb` at b: what an operator would do by hand (a consistent snapshot, multi-row
   INSERTs), with no version guard and nothing kept in step afterwards.
-- zonesync: `spark-submit spark_jobs/full_copy.py` (local[2], driver memory 1 GiB):
+- zonesync: `spark-submit spark_jobs/full_copy.py` (local[2], driver memory 512 MiB):
   key-range chunks read over JDBC, staged in bulk, merged by the target with the version
   and tombstone guards, each chunk's state committed with its rows. Wall time from
   submit to exit, Spark's start included.
@@ -123,7 +123,7 @@ def _spark_copy(a, b, run_id: str, workdir: Path) -> tuple[float, float]:
     import pyspark
 
     home = Path(pyspark.__file__).resolve().parent
-    cmd = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "1g", "--jars", JAR,
+    cmd = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "512m", "--jars", JAR,
            "--driver-class-path", JAR, "--conf", "spark.ui.enabled=false", str(JOB), "--run-id", run_id,
            "--source", "a", "--target", "b", "--table", TABLE, "--chunk-rows", "50000", "--parallel", "2",
            "--zone", f"a=jdbc:mysql://127.0.0.1:{a.port}/zonesync_app", "--zone",

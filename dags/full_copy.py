@@ -85,6 +85,7 @@ with DAG(
         ],
         meta_conn_id="zonesync_meta",
         name="zonesync-full-copy",
+        driver_memory="512m",  # a wave's rows at a time: peak RSS flat from 1M to 3M rows (make bench copy)
         execution_timeout=timedelta(hours=12),
     )
     catch_up = ZoneCopyCaughtUpSensor(task_id="catch_up")
