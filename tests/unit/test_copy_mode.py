@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.events import change_event
+from tests.support.events import sql_lit, tenant_event, tenant_row
 from zonesync.apply.batch.batch_result import BatchResult
 from zonesync.apply.batch.decide import DELETE_ROW, LOCK, SKIP, TOMBSTONE, UPSERT, WAIT, decide
 from zonesync.apply.batch.merge import merge
@@ -26,20 +26,7 @@ pytestmark = pytest.mark.unit
 TABLE = "tenants"
 
 
-def lit(value) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, int):
-        return str(value)
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def row(tenant: int, version: int, name: str = "x", origin: int = 1) -> dict:
-    return {"tenant_id": tenant, "name": name, "_zs_origin": origin, "_zs_version": version}
-
-
-def ev(lsn: int, op: str, tenant: int, version: int, old=None, new=None):
-    return change_event(lsn=lsn, op=op, table=TABLE, pk={"tenant_id": tenant}, version=version, old=old, new=new)
+lit, row, ev = sql_lit, tenant_row, tenant_event
 
 
 def one(*events):

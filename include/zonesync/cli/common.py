@@ -54,3 +54,30 @@ def zone_names() -> list[str]:
 def numbers(values) -> str:
     """1, 2, 3: partitions and ids in messages."""
     return ", ".join(map(str, values))
+
+
+def run_dag(dag_id: str, conf: dict, what: str, timeout: float, no_follow: bool, prefix: str, width: int = 14):
+    """Trigger a DAG run through Airflow's REST API and follow it, printing each task as it
+    moves; (run id, final state), or (None, message) when it could not be triggered. With
+    `no_follow`: (run id, None) once triggered. `what` names the run on its first line."""
+    from zonesync import config
+    from zonesync.airflow_api import AirflowApiError
+    from zonesync.dev.demo import api_client
+
+    api = api_client(config.load())
+    try:
+        run = api.trigger(dag_id, conf)
+    except AirflowApiError as exc:
+        return None, str(exc)
+    run_id = run["dag_run_id"]
+    print(f"{prefix} {run_id}: {what}")
+    if no_follow:
+        print(f"follow it with `zonesync {prefix} status {run_id}` or in the Airflow UI")
+        return run_id, None
+
+    def show(task_id: str, state: str) -> None:
+        # tasks that wait at a gate or reschedule between looks (a sensor) are not news
+        if state not in ("none", "scheduled", "queued", "up_for_reschedule"):
+            print(f"  {task_id:<{width}} {state}", flush=True)
+
+    return run_id, api.follow(dag_id, run_id, timeout=timeout, on_change=show)

@@ -51,26 +51,12 @@ def cmd_copy(args) -> int:
     conf = _conf(args)
     if isinstance(conf, str):
         return _fail(conf)
-    from zonesync import config
-    from zonesync.airflow_api import AirflowApiError
-    from zonesync.dev.demo import api_client
-
-    api = api_client(config.load())
-    try:
-        run = api.trigger(DAG_ID, conf)
-    except AirflowApiError as exc:
-        return _fail(str(exc))
-    run_id = run["dag_run_id"]
-    print(f"copy {run_id}: {conf['from_zone']} -> {conf['to_zone']} ({conf['mode']})")
-    if args.no_follow:
-        print(f"follow it with `zonesync copy status {run_id}` or in the Airflow UI")
+    what = f"{conf['from_zone']} -> {conf['to_zone']} ({conf['mode']})"
+    run_id, state = common.run_dag(DAG_ID, conf, what, args.timeout, args.no_follow, "copy", width=18)
+    if run_id is None:
+        return _fail(state)
+    if state is None:
         return 0
-
-    def show(task_id: str, state: str) -> None:
-        if state not in ("none", "scheduled", "queued", "up_for_reschedule"):
-            print(f"  {task_id:<18} {state}", flush=True)
-
-    state = api.follow(DAG_ID, run_id, timeout=args.timeout, on_change=show)
     _status(run_id)
     return 0 if state == "success" else 1
 

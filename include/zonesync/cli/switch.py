@@ -51,28 +51,18 @@ def cmd_switch(args) -> int:
     conf = _conf(args)
     if isinstance(conf, str):
         return _fail(conf)
-    from zonesync import config
-    from zonesync.airflow_api import AirflowApiError
-    from zonesync.dev.demo import api_client
-
-    api = api_client(config.load())
-    try:
-        run = api.trigger(DAG_ID, {**conf, "actor": args.actor} if args.actor else conf)
-    except AirflowApiError as exc:
-        return _fail(str(exc))
-    run_id = run["dag_run_id"]
-    print(f"switch {run_id}: ZSIDs {conf['zsids']} {conf['from_zone']} -> {conf['to_zone']}")
-    if args.no_follow:
-        print(f"follow it with `zonesync switch status {run_id}` or in the Airflow UI")
+    run_id, state = common.run_dag(
+        DAG_ID,
+        {**conf, "actor": args.actor} if args.actor else conf,
+        f"ZSIDs {conf['zsids']} {conf['from_zone']} -> {conf['to_zone']}",
+        args.timeout,
+        args.no_follow,
+        "switch",
+    )
+    if run_id is None:
+        return _fail(state)
+    if state is None:
         return 0
-
-    def show(task_id: str, state: str) -> None:
-        # reshard, wait_sync and activate start with block and wait at their gates (docs/switch.md):
-        # one rescheduled because its predecessor had no worker yet is not news
-        if state not in ("none", "scheduled", "queued", "up_for_reschedule"):
-            print(f"  {task_id:<14} {state}", flush=True)
-
-    state = api.follow(DAG_ID, run_id, timeout=args.timeout, on_change=show)
     _summary(run_id)
     return 0 if state == "success" else 1
 
