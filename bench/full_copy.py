@@ -18,8 +18,11 @@ runs the local executors too, and the Python driver) at COPY_ROWS and at 3 x COP
 flat means the 3x copy's peak is within 1.25x of the 1x copy's (the row
 ``copy: peak RSS, 1x vs 3x rows``; higher is better: 1x peak / 3x peak, target 0.8).
 
-Not measured here yet: the other zones' replication lag during a copy (their workers
-are not running in this bench).
+Then, with `zonesync replicate --zone a` and `zonesync apply --zone c` running, the copy
+into b once more while a probe inserts WRITES_PER_S rows/s (each carrying its commit
+time) into zone a and reads them back from zone c: the other zone's replication lag
+during a copy, p50 and p99, beside the 50 ms replication target (row ``copy: lag a->c
+during a copy``, reported as 50 ms / p99 so that >= 1.0x means within it).
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from pathlib import Path
 import psutil
 
 from bench.harness import BenchEnv, Row
+from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.dev import env as dev_env
+from zonesync.dev import procs
 
 COPY_ROWS = int(os.environ.get("ZONESYNC_BENCH_COPY_ROWS", 1_000_000))
 COPY_REPS = int(os.environ.get("ZONESYNC_BENCH_COPY_REPS", 2))
@@ -159,6 +164,124 @@ def _same(a, b) -> bool:
     return out[0][0] == out[1][0]
 
 
+LAG_TARGET_MS = 50.0
+LAG_DDL = (
+    "CREATE TABLE IF NOT EXISTS zonesync_app.bench_copy_lag (id BIGINT PRIMARY KEY, written_us BIGINT NOT NULL, "
+    "_zs_origin SMALLINT NOT NULL DEFAULT 1, _zs_version BIGINT NOT NULL DEFAULT 1)"
+)
+
+
+class LagProbe(threading.Thread):
+    """Inserts `rate` rows/s into zone a, each with its commit time; a reader on zone c
+    records how long after that each row shows there."""
+
+    def __init__(self, a, c, rate: int):
+        super().__init__(daemon=True)
+        self.a, self.c, self.rate = a, c, rate
+        self.stopping = threading.Event()
+        self.written = 0
+        self.lags: list[float] = []  # ms, per row, in id order of first sight
+
+    def run(self) -> None:
+        reader = threading.Thread(target=self._read, daemon=True)
+        reader.start()
+        conn = self.a.connect("zonesync_app")
+        conn.autocommit(True)
+        started = time.monotonic()
+        with conn.cursor() as cur:
+            while not self.stopping.is_set():
+                self.written += 1
+                now = int(time.time() * 1_000_000)
+                cur.execute("INSERT INTO bench_copy_lag VALUES (%s, %s, 1, %s)", (self.written, now, now))
+                ahead = self.written / self.rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+        conn.close()
+        reader.join(60)
+
+    def _read(self) -> None:
+        # rows of different partitions land out of id order: a watermark below which every
+        # id was seen, and the ids seen above it (each row's lag taken when first seen)
+        conn = self.c.connect("zonesync_app")
+        watermark, above, deadline = 0, set(), None
+        while True:
+            with conn.cursor() as cur:
+                cur.execute("SELECT id, written_us FROM bench_copy_lag WHERE id > %s", (watermark,))
+                rows = cur.fetchall()
+            conn.commit()
+            now = time.time() * 1_000_000
+            for rid, written in rows:
+                if rid not in above:
+                    above.add(rid)
+                    self.lags.append((now - written) / 1000)
+            while watermark + 1 in above:
+                watermark += 1
+                above.discard(watermark)
+            if self.stopping.is_set():
+                deadline = deadline or time.monotonic() + 30
+                if watermark >= self.written or time.monotonic() > deadline:
+                    break
+            time.sleep(0.002)
+        conn.close()
+
+
+def _replicate_a_to_c(env: BenchEnv, a) -> None:
+    """`zonesync replicate --zone a` from a's binlog end, `zonesync apply --zone c`."""
+    cfg = env.cfg
+    meta = dev_env.meta_config(cfg)
+    conn = a.connect()
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        log_file, log_pos = cur.fetchone()[:2]
+    conn.close()
+    store = CheckpointStore(meta, "a")
+    try:
+        if store.latest() is None:
+            store.save(Checkpoint("a", 0, log_file, int(log_pos), {}, 0))
+    finally:
+        store.close()
+    child = {**os.environ, "ZONESYNC_STATE_DIR": str(cfg.state_dir), "ZONESYNC_BASE_PORT": str(cfg.meta_port),
+             "ZONESYNC_KAFKA_PARTITIONS": str(cfg.kafka_partitions)}  # fmt: skip
+    for name, argv in (("bench-copy-applier-c", ["apply", "--zone", "c"]),
+                       ("bench-copy-replicator-a", ["replicate", "--zone", "a"])):  # fmt: skip
+        procs.spawn(cfg.run_dir, cfg.log_dir, name, [sys.executable, "-m", "zonesync.cli", *argv], " ".join(argv),
+                    env=child)  # fmt: skip
+
+
+def _lag_during_copy(env: BenchEnv, a, b, c, workdir: Path) -> Row:
+    for inst in (a, c):
+        _exec(inst, "SET SESSION sql_log_bin = 0", LAG_DDL, "TRUNCATE zonesync_app.bench_copy_lag")
+    _fill(a, COPY_ROWS)
+    _empty(b)
+    _replicate_a_to_c(env, a)
+    try:
+        warm = LagProbe(a, c, 50)
+        warm.start()
+        deadline = time.monotonic() + 60
+        while not warm.lags and time.monotonic() < deadline:
+            time.sleep(0.1)
+        warm.stopping.set()
+        warm.join(60)
+        _exec(a, "SET SESSION sql_log_bin = 0", "DELETE FROM zonesync_app.bench_copy_lag")
+        _exec(c, "SET SESSION sql_log_bin = 0", "DELETE FROM zonesync_app.bench_copy_lag")
+        probe = LagProbe(a, c, WRITES_PER_S)
+        probe.start()
+        _spark_copy(a, b, "bench-lag", workdir)
+        probe.stopping.set()
+        probe.join(90)
+    finally:
+        for name in ("bench-copy-replicator-a", "bench-copy-applier-c"):
+            procs.stop(env.cfg.run_dir, name)
+    lags = sorted(probe.lags)
+    if len(lags) < probe.written:  # rows never seen count as late as the wait
+        lags += [30_000.0] * (probe.written - len(lags))
+    p50, p99 = lags[len(lags) // 2], lags[max(int(len(lags) * 0.99) - 1, 0)]
+    print(f"lag a->c during the copy ({probe.written} rows at {WRITES_PER_S}/s): p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    return Row("copy: lag a->c during a copy, 50 ms / p99", LAG_TARGET_MS / max(p99, 0.001), 1.0, "x", 1.0,
+               f"the {LAG_TARGET_MS:.0f} ms replication target (p99 {p99:.1f} ms, p50 {p50:.1f} ms, "
+               f"{WRITES_PER_S} writes/s in a while the copy into b runs)")  # fmt: skip
+
+
 def run(env: BenchEnv) -> list[Row]:
     dev_env.up_meta(env.cfg)
     dev_env.up_zone_bookkeeping(env.cfg)
@@ -187,9 +310,11 @@ def run(env: BenchEnv) -> list[Row]:
     _empty(b)
     _, peak3 = _spark_copy(a, b, "bench-3x", workdir)
     print(f"copy of {3 * COPY_ROWS:,} rows: peak RSS {peak3:.0f} MiB (vs {max(peaks):.0f} MiB at {COPY_ROWS:,})")
-    _exec(a, "SET SESSION sql_log_bin = 0", f"DROP TABLE zonesync_app.{TABLE}")
-    _exec(b, "SET SESSION sql_log_bin = 0", f"DROP TABLE zonesync_app.{TABLE}")
+    lag_row = _lag_during_copy(env, a, b, env.instances["c"], workdir)
+    for inst in (a, b):
+        _exec(inst, "SET SESSION sql_log_bin = 0", f"DROP TABLE zonesync_app.{TABLE}")
     return [
+        lag_row,
         Row(f"copy: {COPY_ROWS // 1000}k rows, {WRITES_PER_S} writes/s", max(copies), max(dumps), "r/s", 1.0,
             f"mariadb-dump --single-transaction | mariadb, same table and zones, best of {COPY_REPS} each"),
         Row("copy: peak RSS, 1x vs 3x rows", max(peaks), peak3, "MiB", 0.8,
