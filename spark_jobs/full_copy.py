@@ -193,14 +193,14 @@ class TableCopy:
 
     def _merge_wave(self, wave: list[dict], stage: str, staged_s: float) -> tuple[int, int, float, float]:
         """(rows, chunks, seconds staging took, seconds merging took): the merge thread's."""
-        from zonesync.copy.merge import drop_table, merge_chunk
+        from zonesync.copy.merge import drop_table, merge_chunk_retrying
 
         t0, rows = time.monotonic(), 0
         conn = db_connect(self.dst_url, self.dst_props)
         try:
             for c in wave:
-                rows += merge_chunk(conn, self.dst_db, self.args.run_id, self.table, stage, self.columns, self.key,
-                                    c["chunk"]) or 0  # fmt: skip
+                rows += merge_chunk_retrying(conn, self.dst_db, self.args.run_id, self.table, stage, self.columns,
+                                             self.key, c["chunk"]) or 0  # fmt: skip
             drop_table(conn, stage)
         finally:
             conn.close()

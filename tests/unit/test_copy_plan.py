@@ -113,3 +113,28 @@ def test_verify_counts_only_differences_no_write_in_flight_explains(src, dst, sr
     from zonesync.copy.verify import real_differences
 
     assert real_differences(src, dst, src_deleted, dst_deleted, cut=100) == real
+
+
+def test_a_chunk_merge_chosen_as_a_deadlock_victim_is_merged_again(monkeypatch):
+    import pymysql
+
+    from zonesync.copy import merge as merge_mod
+
+    calls = []
+
+    def flaky(*args):
+        calls.append(args[-1])
+        if len(calls) < 3:
+            raise pymysql.err.OperationalError(1213 if len(calls) == 1 else 1205, "deadlock / lock wait")
+        return 42
+
+    monkeypatch.setattr(merge_mod, "merge_chunk", flaky)
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    assert merge_mod.merge_chunk_retrying(None, "app", "r", "t", "s", [], [], 7) == 42 and calls == [7, 7, 7]
+
+    def broken(*args):
+        raise pymysql.err.OperationalError(1146, "table missing")
+
+    monkeypatch.setattr(merge_mod, "merge_chunk", broken)
+    with pytest.raises(pymysql.err.OperationalError, match="table missing"):
+        merge_mod.merge_chunk_retrying(None, "app", "r", "t", "s", [], [], 7)

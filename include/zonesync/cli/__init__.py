@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 
 from zonesync import config
-from zonesync.cli import binlog, copy, dev, guards, locks, meta, replication, rules, switch, workers
+from zonesync.cli import binlog, copy, dev, guards, locks, meta, replication, rules, switch, workers, zones
 from zonesync.cli.common import fail
 
 # in the order `zonesync --help` lists them
-GROUPS = (dev, meta, rules, guards, workers, replication, binlog, locks, switch, copy)
+GROUPS = (dev, meta, rules, guards, workers, replication, binlog, locks, switch, copy, zones)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -115,6 +115,29 @@ def merge_chunk(conn, app_db: str, run_id: str, table: str, stage: str, columns,
             raise
 
 
+# A merge takes gap locks (REPEATABLE READ) while the target's appliers write the same
+# keys: InnoDB may pick it as a deadlock's victim, or it may wait past the lock timeout.
+# Both roll its transaction back whole, and the chunk is merged again from staging.
+RETRIED = (1213, 1205)
+
+
+def merge_chunk_retrying(conn, app_db, run_id, table, stage, columns, key_cols, chunk, attempts: int = 10):
+    """merge_chunk, again after a deadlock or lock wait timeout (up to `attempts` times)."""
+    import random
+    import time
+
+    import pymysql
+
+    for attempt in range(attempts):
+        try:
+            return merge_chunk(conn, app_db, run_id, table, stage, columns, key_cols, chunk)
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] not in RETRIED or attempt == attempts - 1:
+                raise
+            time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def drop_stage(conn, stage: str, waves_only: bool = False) -> None:
     """Drop the staging tables of a run and table (`waves_only`: the waves', not the
     candidates the prune step still reads)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-MODES = ("rebuild", "add-zone", "repair")
+MODES = ("rebuild", "add-zone", "repair")  # add-zone: a zone added fenced (new_zone.py)
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 ZONE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
 

@@ -223,13 +223,11 @@ ZONE_BOOKKEEPING = REPO_ROOT / "include" / "sql" / "zone"
 
 
 def _run_sql_file(inst: mariadb.Instance, path: Path) -> None:
-    lines = [line for line in path.read_text().splitlines() if not line.strip().startswith("--")]
-    statements = [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    from zonesync.copy.new_zone import run_sql_file
+
     conn = inst.connect()
     try:
-        with conn.cursor() as cur:
-            for stmt in statements:
-                cur.execute(stmt)
+        run_sql_file(conn, path)
     finally:
         conn.close()
 

@@ -53,6 +53,12 @@ class Instance:
         return self.datadir / "mysqld.sock"
 
     @property
+    def tmpdir(self) -> Path:
+        """The server's own temporary directory, beside its datadir (not in it: a directory
+        there is a database), never the machine's /tmp shared with everything else."""
+        return self.datadir.with_name(self.datadir.name + ".tmp")
+
+    @property
     def marker(self) -> str:
         return f"--datadir={self.datadir}"
 
@@ -67,6 +73,7 @@ class Instance:
             f"--socket={self.socket}",
             f"--pid-file={d / 'mysqld.pid'}",
             f"--log-error={d / 'error.log'}",
+            f"--tmpdir={self.tmpdir}",
             "--user=root",
             f"--server-id={self.server_id}",
             f"--gtid-domain-id={self.gtid_domain_id}",
@@ -182,6 +189,7 @@ def start(instance: Instance, run_dir: Path, log_dir: Path, template_root: Path)
         return current
     procs.require_free_port(instance.port, instance.name, "ZONESYNC_BASE_PORT")
     ensure_datadir(instance, template_root, log_dir)
+    instance.tmpdir.mkdir(parents=True, exist_ok=True)
     # A crashed run leaves its pid file and socket; mariadbd recovers the data itself.
     for leftover in (instance.socket, instance.datadir / "mysqld.pid"):
         leftover.unlink(missing_ok=True)

@@ -18,6 +18,7 @@ def zone_args(zones, names=ZONES) -> dict:
 
 
 def copy_args(zones, tmp_path, run_id: str, source: str, target: str, tables=("tenants",), **kw) -> argparse.Namespace:
+    names = kw.pop("names", ZONES)
     return argparse.Namespace(
         run_id=run_id,
         source=source,
@@ -27,7 +28,7 @@ def copy_args(zones, tmp_path, run_id: str, source: str, target: str, tables=("t
         parallel=kw.pop("parallel", 2),
         stop_after=kw.pop("stop_after", 0),
         output=str(tmp_path / f"{run_id}.json"),
-        **zone_args(zones),
+        **zone_args(zones, names),
         **kw,
     )
 

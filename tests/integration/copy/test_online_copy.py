@@ -117,6 +117,7 @@ def run_copy(ctx, spark, zones, tmp_path, staged=None, **kw) -> dict:
     steps.record_start(ctx)
     steps.start_incremental(ctx)
     req = ctx.request
+    kw.setdefault("tables", ctx.run().tables)
     result = full_copy.run(spark, copy_args(zones, tmp_path, ctx.run_id, req.source_zone, req.target_zone, **kw),
                            staged=staged)  # fmt: skip
     wait_until(lambda: steps.caught_up(ctx), 60, "the target caught up with every source", step=0.1)
