@@ -86,13 +86,27 @@ def up_databases(cfg: EnvConfig) -> None:
 
 
 def up_meta(cfg: EnvConfig) -> None:
-    """Bring the meta store schema up to date and register the zones (idempotent)."""
+    """Bring the meta store schema up to date and register the zones (idempotent). Zones
+    added to an environment that already has others are added fenced (copy/new_zone.py)."""
     from zonesync.meta import db
     from zonesync.meta.store import MetaStore
 
     meta = meta_config(cfg)
     db.migrate(meta)
-    MetaStore(meta).ensure_zones([(z.id, z.name) for z in cfg.zones], actor="zonesync dev up")
+    store = MetaStore(meta)
+    known = store.zones()
+    added = [z for z in cfg.zones if z.name not in known]
+    if not known or not added:
+        store.ensure_zones([(z.id, z.name) for z in cfg.zones], actor="zonesync dev up")
+        return
+    # A zone added to a running mesh (ZONESYNC_ZONES grew): fenced until its full copy
+    from zonesync.copy.new_zone import add_zone
+
+    by_name = {i.name: i for i in instances(cfg)}
+    for z in added:
+        add_zone(meta, z.name, by_name[f"zone-{z.name}"].connect, cfg.kafka_partitions, z.id)
+        _say(f"zone {z.name} added, its appliers fenced until `zonesync copy --from <zone> --to {z.name} "
+             f"--mode add-zone --reason ...`")  # fmt: skip
 
 
 def meta_config(cfg: EnvConfig):
