@@ -138,3 +138,22 @@ def test_a_chunk_merge_chosen_as_a_deadlock_victim_is_merged_again(monkeypatch):
     monkeypatch.setattr(merge_mod, "merge_chunk", broken)
     with pytest.raises(pymysql.err.OperationalError, match="table missing"):
         merge_mod.merge_chunk_retrying(None, "app", "r", "t", "s", [], [], 7)
+
+
+def test_progress_gives_the_rate_and_what_is_left():
+    import datetime as dt
+
+    from zonesync.copy.steps import summarize
+
+    t0 = dt.datetime(2026, 1, 1, 12, 0, 0)
+
+    def chunk(n, status, rows=0, at=None):
+        return {"table": "tenants", "chunk": n, "status": status, "rows_read": rows, "done_at": at}
+
+    rows = [chunk(0, "done", 1000, t0), chunk(1, "done", 1000, t0 + dt.timedelta(seconds=1)),
+            chunk(2, "done", 1000, t0 + dt.timedelta(seconds=2)), chunk(3, "pending"), chunk(4, "pending")]  # fmt: skip
+    p = summarize(("tenants", "orders"), rows)["tenants"]
+    assert (p["chunks"], p["done"], p["rows"]) == (5, 3, 3000)
+    assert p["rate"] == 1500.0 and p["eta_s"] == pytest.approx(2000 / 1500)
+    assert summarize(("orders",), [])["orders"] == {"chunks": 0, "done": 0, "rows": 0, "first": None, "last": None,
+                                                   "rate": None, "eta_s": None}  # fmt: skip

@@ -76,7 +76,9 @@ def _status(run_id: str) -> int:
     )
     try:
         for table, p in steps.progress(ctx).items():
-            print(f"  {table:<20} {p['done']}/{p['chunks']} chunks, {p['rows']} rows")
+            rate = f", {p['rate']:,.0f} rows/s" if p["rate"] else ""
+            eta = f", about {p['eta_s']:,.0f} s left" if p["eta_s"] else ""
+            print(f"  {table:<20} {p['done']}/{p['chunks']} chunks, {p['rows']:,} rows{rate}{eta}")
     except Exception as exc:  # noqa: BLE001 - the target may be down: say so, show the rest
         print(f"  progress: the target zone could not be read ({exc})")
     for source, parts in sorted(run.positions().items()):
