@@ -60,7 +60,7 @@ def test_a_refused_copy_changes_nothing(ready, zones, meta, dag):
     run = dag.test(run_conf={**CONF, "tables": ["no_such_table"]})
     states = _states(run)
     assert run.state == "failed" and states["preflight"] == "failed", states
-    assert states["row_copy"] == "upstream_failed"
+    assert states["row_copy"] == "upstream_failed" and states["rollback"] == "success", states
     assert CopyStore(meta).get(run.run_id) is None and checksum(zones["b"]) == before
 
 
@@ -73,3 +73,25 @@ def test_bad_params_are_refused_before_anything_runs(airflow_db, dag):
         dag.test(run_conf={**CONF, "mode": "fast"})
     with pytest.raises(ParamValidationError, match="chunk_rows"):
         dag.test(run_conf={**CONF, "chunk_rows": 1})
+
+
+def test_a_copy_whose_verify_fails_rolls_back_and_the_run_fails(ready, zones, meta, dag):
+    """b holds a row of its own that a lacks (never published): prune keeps it (b owns it),
+    verify finds it, and the rollback task puts b's appliers back and ends the copy
+    rolled back, naming the failed task."""
+    seed(zones, "a", range(1, 301))
+    wait_converged(zones, ("tenants",), timeout=60)
+    conn = zones["b"].connect("zonesync_app")
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION skip_replication = 1")
+        cur.execute("INSERT INTO tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (500, 'only b', 2, 5)")
+    conn.commit()
+    conn.close()
+    run = dag.test(run_conf={**CONF, "tables": ["tenants"]})
+    states = _states(run)
+    assert run.state == "failed" and states["verify"] == "failed" and states["rollback"] == "success", states
+    copy = CopyStore(meta).require(run.run_id)
+    assert copy.status == "rolled_back" and "verify" in copy.detail, copy.detail
+    with zones["b"].connect().cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM zonesync.copy_tables")
+        assert cur.fetchone()[0] == 0

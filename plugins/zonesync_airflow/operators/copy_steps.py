@@ -56,8 +56,7 @@ class ZoneCopyStepOperator(BaseOperator):
         ctx = copy_context(context, self.meta_conn_id)
         try:
             if self.step == "rollback":
-                failed = [ti.task_id for ti in context["dag_run"].get_task_instances(state=["failed"])]
-                result = steps.rollback(ctx, f"failed: {', '.join(sorted(failed)) or 'an earlier step'}")
+                result = steps.rollback(ctx, f"failed: {', '.join(self._failed(context)) or 'an earlier step'}")
             else:
                 result = getattr(steps, self.step)(ctx)
         except CopyRefused as exc:
@@ -68,6 +67,13 @@ class ZoneCopyStepOperator(BaseOperator):
             return ",".join(result.tables)  # the row copy's --table
         self.log.info("%s: %s", self.step, result)
         return result if isinstance(result, int | str | list | dict) else str(result)
+
+    def _failed(self, context) -> list[str]:
+        """The run's tasks upstream of this one that failed (the rollback's reason)."""
+        ti, run_id = context["ti"], context["dag_run"].run_id
+        upstream = sorted(self.upstream_task_ids)
+        states = ti.get_task_states(dag_id=ti.dag_id, task_ids=upstream, run_ids=[run_id]).get(run_id, {})
+        return [t for t in upstream if states.get(t) == "failed"]
 
 
 class ZoneCopyCaughtUpSensor(BaseSensorOperator):
