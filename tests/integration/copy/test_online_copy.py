@@ -368,3 +368,40 @@ def test_a_repair_copy_cures_partitions_halted_for_a_full_copy(cluster, guard_en
         tx.insert("tenants", {"tenant_id": 399, "name": "after the repair"})
     wait_until(lambda: _row(zones["b"], 399) is not None, 30, "a's next write reaches b")
     no_trouble(meta)
+
+
+def test_start_incremental_killed_between_its_transactions_is_run_again_safely(cluster, guard_env, zones, meta,
+                                                                              clean_copies, monkeypatch):  # fmt: skip
+    """A task killed after start_incremental halted the target's partitions and before it
+    moved them: the retry records nothing new as "before" (rollback would otherwise restore
+    the halted state), moves every partition and sets it running."""
+    from zonesync.copy import positions
+
+    seed(zones, "a", range(1, 101))
+    wait_converged(zones, ("tenants",), timeout=60)
+    ctx = context(cluster, zones, meta, "killed-step")
+    steps.preflight(ctx)
+    steps.record_start(ctx)
+    real_install = positions.install
+
+    def killed(conn, *args):
+        with conn.cursor() as cur:  # the first transaction, as install commits it
+            cur.execute("UPDATE zonesync.apply_state SET status = 'halted', detail = 'full copy: moving'")
+        conn.commit()
+        raise KeyboardInterrupt("killed between the two transactions")
+
+    monkeypatch.setattr(positions, "install", killed)
+    with pytest.raises(KeyboardInterrupt):
+        steps.start_incremental(ctx)
+    before = ctx.run().positions("before_json")
+    assert before and all(v[2] == "running" for parts in before.values() for v in parts.values())
+    monkeypatch.setattr(positions, "install", real_install)
+    steps.start_incremental(ctx)
+    assert ctx.run().positions("before_json") == before, "the retry overwrote what the target held before"
+    with zones["b"].connect().cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM zonesync.apply_state WHERE status <> 'running'")
+        assert cur.fetchone()[0] == 0
+    assert steps.rollback(ctx, "test").status == "rolled_back"
+    with zones["b"].connect().cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM zonesync.apply_state WHERE status <> 'running'")
+        assert cur.fetchone()[0] == 0, "rollback restored a halted state"
