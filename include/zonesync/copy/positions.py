@@ -157,16 +157,14 @@ def snapshot(target_conn) -> dict:
     return before
 
 
-def install(target_conn, run_id: str, copy_source: str, start: Positions, tables) -> None:
-    """Move the target's appliers to the start positions in copy mode (see above)."""
-    before: dict[str, dict[int, list]] = {}
+def install(target_conn, run_id: str, copy_source: str, start: Positions, tables, before: dict) -> None:
+    """Move the target's appliers to the start positions in copy mode (see above), judged
+    from `before`: the apply_state recorded before the first attempt (snapshot), never from
+    what a killed attempt left (every partition halted, which would read as "never ran")."""
+    before = {s: {int(p): v for p, v in parts.items()} for s, parts in before.items()}
     with target_conn.cursor() as cur:
-        cur.execute(
-            "SELECT source_zone, partition_no, applied_lsn, kafka_offset, status, detail FROM zonesync.apply_state "
-            "FOR UPDATE"
-        )
-        for s, p, lsn, off, status, detail in cur.fetchall():
-            before.setdefault(s, {})[int(p)] = [int(lsn), int(off), status, detail]
+        cur.execute("SELECT source_zone, partition_no FROM zonesync.apply_state FOR UPDATE")
+        cur.fetchall()
         for source, parts in start.items():
             for p in parts:
                 cur.execute(

@@ -125,7 +125,12 @@ def start_incremental(ctx: CopyContext) -> dict:
     if run.before_json is None:
         run = ctx.store.set_once(ctx.run_id, before_json=_with(ctx, run.target_zone, positions.snapshot))
     start = _typed(run.positions())
-    _with(ctx, run.target_zone, lambda conn: positions.install(conn, ctx.run_id, run.source_zone, start, run.tables))
+    before = run.positions("before_json")
+    _with(
+        ctx,
+        run.target_zone,
+        lambda conn: positions.install(conn, ctx.run_id, run.source_zone, start, run.tables, before),
+    )
     ctx.store.phase(ctx.run_id, "copying")
     return {s: len(p) for s, p in start.items()}
 

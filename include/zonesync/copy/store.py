@@ -83,6 +83,19 @@ class CopyStore:
                     f"to: a copy into zone {req.target_zone} is already running ({other[0]}); wait for it "
                     f"(`zonesync copy status {other[0]}`) or roll it back"
                 )
+            # A zone being filled is no source: rows its chunks have not landed yet are in no
+            # stream (merges are never published), so a copy from it would miss them for good.
+            cur.execute(
+                "SELECT run_id, target_zone, source_zone FROM copies WHERE status = %s AND run_id <> %s "
+                "AND (target_zone = %s OR source_zone = %s) LIMIT 1",
+                (RUNNING, run_id, req.source_zone, req.target_zone),
+            )
+            other = cur.fetchone()
+            if other:
+                raise CopyRefused(
+                    f"from: copy {other[0]} ({other[2]} -> {other[1]}) is running: a zone being filled is no "
+                    "source, and a copy's source is not filled meanwhile; wait for it or roll it back"
+                )
             cur.execute(
                 "INSERT IGNORE INTO copies (run_id, source_zone, target_zone, mode, tables_json, reason, actor) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s)",

@@ -374,7 +374,9 @@ def test_start_incremental_killed_between_its_transactions_is_run_again_safely(c
                                                                               clean_copies, monkeypatch):  # fmt: skip
     """A task killed after start_incremental halted the target's partitions and before it
     moved them: the retry records nothing new as "before" (rollback would otherwise restore
-    the halted state), moves every partition and sets it running."""
+    the halted state), and moves every partition where the first attempt would have, judged
+    from what the target held before (not from the halted state, which reads as "never
+    ran" and would jump running partitions forward), and sets it running."""
     from zonesync.copy import positions
 
     seed(zones, "a", range(1, 101))
@@ -398,10 +400,30 @@ def test_start_incremental_killed_between_its_transactions_is_run_again_safely(c
     monkeypatch.setattr(positions, "install", real_install)
     steps.start_incremental(ctx)
     assert ctx.run().positions("before_json") == before, "the retry overwrote what the target held before"
+    # every partition where the first attempt would have put it: judged from what b held
+    # before, not from the halted state the killed attempt left
+    expected = {
+        (s, int(p)): positions.moved(s, "a", tuple(before[s][p][:3]), tuple(pos))
+        for s, parts in ctx.run().positions().items()
+        for p, pos in parts.items()
+    }
     with zones["b"].connect().cursor() as cur:
-        cur.execute("SELECT COUNT(*) FROM zonesync.apply_state WHERE status <> 'running'")
-        assert cur.fetchone()[0] == 0
+        cur.execute("SELECT source_zone, partition_no, applied_lsn, kafka_offset, status FROM zonesync.apply_state")
+        rows = cur.fetchall()
+    assert {(s, int(p)): (int(lsn), int(off)) for s, p, lsn, off, _ in rows} == expected
+    assert {r[4] for r in rows} == {"running"}
     assert steps.rollback(ctx, "test").status == "rolled_back"
     with zones["b"].connect().cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM zonesync.apply_state WHERE status <> 'running'")
         assert cur.fetchone()[0] == 0, "rollback restored a halted state"
+
+
+def test_a_zone_being_filled_is_no_source_and_a_source_is_not_filled(cluster, guard_env, zones, meta, clean_copies):
+    """While a -> b runs, b -> c and c -> a are refused (b lacks rows its chunks have not
+    landed, and no stream carries them; a is being read), nothing recorded; a -> c is not."""
+    steps.preflight(context(cluster, zones, meta, "a-to-b"))
+    for run_id, source, target in (("b-to-c", "b", "c"), ("c-to-a", "c", "a")):
+        with pytest.raises(steps.CopyRefused, match="^from: copy a-to-b .a -> b. is running"):
+            steps.preflight(context(cluster, zones, meta, run_id, source, target))
+        assert steps.CopyStore(meta).get(run_id) is None
+    assert steps.preflight(context(cluster, zones, meta, "a-to-c", "a", "c")).status == "running"
