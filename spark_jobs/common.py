@@ -48,6 +48,10 @@ def zone_props(args: argparse.Namespace) -> dict[str, tuple[str, dict]]:
             "password": os.environ.get(f"ZONESYNC_JDBC_PASSWORD_{name.upper()}", ""),
             # TIMESTAMPs are compared and copied as UTC everywhere in zonesync.
             "sessionInitStatement": "SET time_zone = '+00:00'",
+            # TINYINT(1) and YEAR as the numbers they hold: read as BIT/DATE, a 2 would be
+            # copied as 1 and a year as a date
+            "tinyInt1isBit": "false",
+            "yearIsDateType": "false",
         }
         out[name] = (url, props)
     return out
