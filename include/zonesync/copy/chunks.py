@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import json
 
+from zonesync.apply.batch.statements import q  # names quoted, and checked, as the applier does
 from zonesync.copy.request import CopyRefused
 
 INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "bigint")
-
-
-def q(name: str) -> str:
-    return f"`{name}`"
 
 
 def key_columns(conn, schema: str, table: str) -> list[tuple[str, str]]:

@@ -66,7 +66,7 @@ def preflight(ctx: CopyContext) -> Copy:
     for zone in (req.source_zone, req.target_zone):
         for t in req.tables:
             _with(ctx, zone, lambda conn, t=t, zone=zone: chunks.check_copyable(conn, ctx.app_db, t, zone))
-    _, halted = _halted(ctx, req.target_zone)
+    halted = _halted(ctx, req.target_zone)
     if halted and set(req.tables) != set(tables):
         raise CopyRefused(
             f"tables: zone {req.target_zone} has halted partitions ({halted}); the events they lost may touch any "
@@ -75,16 +75,17 @@ def preflight(ctx: CopyContext) -> Copy:
     return ctx.store.create(ctx.run_id, req, ctx.actor)
 
 
-def _halted(ctx: CopyContext, zone: str) -> tuple[dict, list[str]]:
-    def read(conn):
-        with conn.cursor() as cur:
-            cur.execute("SELECT source_zone, partition_no, status FROM zonesync.apply_state")
-            rows = cur.fetchall()
-        conn.commit()
-        return rows
+def _halted(ctx: CopyContext, zone: str) -> list[str]:
+    """The zone's halted partitions, as source/partition."""
+    state = _with(ctx, zone, positions.snapshot)
+    return sorted(f"{s}/{p}" for s, parts in state.items() for p, v in parts.items() if v[2] == "halted")
 
-    rows = _with(ctx, zone, read)
-    return {}, sorted(f"{s}/{p}" for s, p, st in rows if st == "halted")
+
+def _has_applied(ctx: CopyContext, conn, zone: str, ends: dict) -> bool:
+    """Has `zone` (on `conn`) applied every other zone of `ends` up to its binlog position there?"""
+    from zonesync.apply.tools.progress import is_applied
+
+    return all(is_applied(ctx.meta, conn, z, (ends[z][0], int(ends[z][1]))) for z in ends if z != zone)
 
 
 def _running(ctx: CopyContext) -> Copy:
@@ -167,25 +168,18 @@ def summarize(tables, rows: list[dict]) -> dict:
 def caught_up(ctx: CopyContext) -> bool:
     """Has the target applied every source up to where each stood when the row copy ended?
     (Recorded once, at the first look after the row copy.)"""
-    from zonesync.apply.tools.progress import is_applied
-
     run = _running(ctx)
     left = [t for t, p in progress(ctx).items() if p["done"] < p["chunks"] or not p["chunks"]]
     if left:
         raise CopyRefused(f"the row copy has not finished tables {', '.join(left)}: run it (again) first")
     zones = sorted(ctx.zones())
-    sources = [z for z in zones if z != run.target_zone]
     if run.end_json is None:
         # every zone's, the target's too: prune asks the rows' owners to have applied it
         ends = {z: list(_with(ctx, z, binlog_end)) for z in zones}
         run = ctx.store.set_once(ctx.run_id, end_json=ends)
         ctx.store.phase(ctx.run_id, "catching_up")
     ends = run.positions("end_json")
-
-    def applied(conn) -> bool:
-        return all(is_applied(ctx.meta, conn, s, (ends[s][0], int(ends[s][1]))) for s in sources)
-
-    return _with(ctx, run.target_zone, applied)
+    return _with(ctx, run.target_zone, lambda conn: _has_applied(ctx, conn, run.target_zone, ends))
 
 
 def prune(ctx: CopyContext, owner_wait_s: float = 60.0) -> dict:
@@ -223,14 +217,12 @@ def _absent_in_owner(ctx, owner: str, ends: dict, table: str, key, rows, wait_s:
     kept) when it has not within `wait_s`."""
     import time
 
-    from zonesync.apply.tools.progress import is_applied
     from zonesync.copy import prune as rule
 
     conn = ctx.zone_conn(owner)
     try:
         deadline = time.monotonic() + wait_s
-        others = [z for z in ends if z != owner]
-        while not all(is_applied(ctx.meta, conn, z, (ends[z][0], int(ends[z][1]))) for z in others):
+        while not _has_applied(ctx, conn, owner, ends):
             if time.monotonic() > deadline:
                 return []
             time.sleep(0.2)
@@ -265,8 +257,6 @@ def _settled_cut(ctx: CopyContext, run: Copy, timeout_s: float = 60.0) -> int:
     binlog ended now; the version at or below which every write is then in both."""
     import time
 
-    from zonesync.apply.tools.progress import is_applied
-
     cut = int(time.time() * 1_000_000) - SETTLED_MARGIN_US
     zones = sorted(ctx.zones())
     ends = {z: _with(ctx, z, binlog_end) for z in zones}
@@ -274,7 +264,7 @@ def _settled_cut(ctx: CopyContext, run: Copy, timeout_s: float = 60.0) -> int:
     for zone in (run.source_zone, run.target_zone):
         conn = ctx.zone_conn(zone)
         try:
-            while not all(is_applied(ctx.meta, conn, z, ends[z]) for z in zones if z != zone):
+            while not _has_applied(ctx, conn, zone, ends):
                 if time.monotonic() > deadline:
                     raise CopyRefused(f"verify: zone {zone} did not catch up with the others in {timeout_s:.0f} s")
                 time.sleep(0.1)
