@@ -37,17 +37,18 @@ from pathlib import Path
 import psutil
 
 from bench.harness import BenchEnv, Row
+from zonesync import jvm
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.dev import env as dev_env
 from zonesync.dev import procs
 
-COPY_ROWS = int(os.environ.get("ZONESYNC_BENCH_COPY_ROWS", 1_000_000))
+SMALL_ROWS = 1_000_000  # the issue's table; its peak RSS is compared with 3x as many rows
+COPY_ROWS = int(os.environ.get("ZONESYNC_BENCH_COPY_ROWS", 10_000_000))
 COPY_REPS = int(os.environ.get("ZONESYNC_BENCH_COPY_REPS", 2))
 WRITES_PER_S = int(os.environ.get("ZONESYNC_BENCH_COPY_WRITES", 500))
 if not (1_000 <= COPY_ROWS <= 10_000_000 and COPY_REPS >= 1):
     raise SystemExit("ZONESYNC_BENCH_COPY_ROWS: 1000..10000000; ZONESYNC_BENCH_COPY_REPS: at least 1")
 JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "full_copy.py"
-JAR = "/usr/share/java/mariadb-java-client.jar"
 TABLE = "bench_copy_rows"
 DDL = (
     f"CREATE TABLE IF NOT EXISTS zonesync_app.{TABLE} (id BIGINT PRIMARY KEY, k INT NOT NULL, "
@@ -72,16 +73,27 @@ def _fill(a, rows: int) -> None:
           f"seq FROM seq_1_to_{rows}")  # fmt: skip
 
 
-def _empty(b) -> None:
-    _exec(b, "SET SESSION sql_log_bin = 0", DDL, f"TRUNCATE zonesync_app.{TABLE}", "DELETE FROM zonesync.copy_chunks")
+def _empty(b, run_id: str) -> None:
+    """b without the table's rows, as start_incremental leaves a copy into an emptied zone:
+    the table listed in copy_tables, found empty (the job then skips the search for rows
+    only b holds, which an emptied zone cannot have)."""
+    _exec(
+        b,
+        "SET SESSION sql_log_bin = 0",
+        DDL,
+        f"TRUNCATE zonesync_app.{TABLE}",
+        "DELETE FROM zonesync.copy_chunks",
+        "DELETE FROM zonesync.copy_tables",
+        f"INSERT INTO zonesync.copy_tables (table_name, run_id, target_was_empty) VALUES ('{TABLE}', '{run_id}', 1)",
+    )
 
 
 class Writer(threading.Thread):
     """Updates (and some inserts) of the table in zone a at `rate` per second."""
 
-    def __init__(self, inst, rate: int, rows: int):
+    def __init__(self, inst, rate: int, rows: int, first_new: int):
         super().__init__(daemon=True)
-        self.inst, self.rate, self.rows = inst, rate, rows
+        self.inst, self.rate, self.rows, self.first_new = inst, rate, rows, first_new
         self.stopping = threading.Event()
         self.done = 0
 
@@ -94,7 +106,7 @@ class Writer(threading.Thread):
                 while not self.stopping.is_set():
                     n = self.done
                     if n % 10 == 0:  # one in ten a new row past the end
-                        cur.execute(f"INSERT INTO {TABLE} VALUES (%s, 1, 'new', 1, %s)", (20_000_000 + n, 2 + n))
+                        cur.execute(f"INSERT INTO {TABLE} VALUES (%s, 1, 'new', 1, %s)", (self.first_new + n, 2 + n))
                     else:
                         cur.execute(
                             f"UPDATE {TABLE} SET v = 'changed', _zs_version = _zs_version + 1 WHERE id = %s",
@@ -128,9 +140,10 @@ def _spark_copy(a, b, run_id: str, workdir: Path) -> tuple[float, float]:
     import pyspark
 
     home = Path(pyspark.__file__).resolve().parent
-    cmd = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "512m", "--jars", JAR,
-           "--driver-class-path", JAR, "--conf", "spark.ui.enabled=false", str(JOB), "--run-id", run_id,
-           "--source", "a", "--target", "b", "--table", TABLE, "--chunk-rows", "50000", "--parallel", "2",
+    cmd = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "512m",
+           "--jars", jvm.jars_option(), "--driver-class-path", jvm.class_path(), "--conf", "spark.ui.enabled=false",
+           str(JOB), "--run-id", run_id, "--source", "a", "--target", "b", "--table", TABLE,
+           "--chunk-rows", "50000",  # the job's (and the DAG's) default --parallel
            "--zone", f"a=jdbc:mysql://127.0.0.1:{a.port}/zonesync_app", "--zone",
            f"b=jdbc:mysql://127.0.0.1:{b.port}/zonesync_app", "--output", str(workdir / f"{run_id}.json")]  # fmt: skip
     env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable)
@@ -148,12 +161,16 @@ def _spark_copy(a, b, run_id: str, workdir: Path) -> tuple[float, float]:
     took = time.monotonic() - started
     log.close()
     if proc.returncode != 0:
-        raise RuntimeError(f"full_copy failed: see {workdir / (run_id + '.log')}")
+        tail = (workdir / f"{run_id}.log").read_text(errors="replace").splitlines()
+        errors = [line for line in tail if "Error" in line or "Exception" in line][:5]
+        raise RuntimeError(f"full_copy failed: {' | '.join(errors) or tail[-5:]}")
     return took, peak
 
 
-def _same(a, b) -> bool:
-    q = f"SELECT COUNT(*), BIT_XOR(CRC32(CONCAT_WS('#', id, k, v))) FROM zonesync_app.{TABLE} WHERE id <= {COPY_ROWS}"
+def _same(a, b, rows: int) -> bool:
+    """Both hold every row of the filled range (the writer's later updates reach no zone
+    but a: its rows' count, not their content)."""
+    q = f"SELECT COUNT(*) FROM zonesync_app.{TABLE} WHERE id <= {rows}"
     out = []
     for inst in (a, b):
         conn = inst.connect()
@@ -251,8 +268,8 @@ def _replicate_a_to_c(env: BenchEnv, a) -> None:
 def _lag_during_copy(env: BenchEnv, a, b, c, workdir: Path) -> Row:
     for inst in (a, c):
         _exec(inst, "SET SESSION sql_log_bin = 0", LAG_DDL, "TRUNCATE zonesync_app.bench_copy_lag")
-    _fill(a, COPY_ROWS)
-    _empty(b)
+    _fill(a, SMALL_ROWS)
+    _empty(b, "bench-lag")
     _replicate_a_to_c(env, a)
     try:
         warm = LagProbe(a, c, 50)
@@ -282,41 +299,54 @@ def _lag_during_copy(env: BenchEnv, a, b, c, workdir: Path) -> Row:
                f"{WRITES_PER_S} writes/s in a while the copy into b runs)")  # fmt: skip
 
 
+def _speed(a, b, rows: int, workdir: Path) -> tuple[float, float, float]:
+    """(best zonesync rows/s, best dump rows/s, peak RSS MiB) over COPY_REPS, taking turns."""
+    _fill(a, rows)
+    dumps, copies, peaks = [], [], []
+    for rep in range(COPY_REPS):
+        writer = Writer(a, WRITES_PER_S, rows, first_new=20_000_000 + rep * 1_000_000)
+        writer.start()
+        try:
+            _empty(b, "dump")
+            dumps.append(rows / _dump_restore(a, b))
+            _empty(b, f"bench-{rows}-{rep}")
+            took, peak = _spark_copy(a, b, f"bench-{rows}-{rep}", workdir)
+            copies.append(rows / took)
+            peaks.append(peak)
+        finally:
+            writer.stopping.set()
+            writer.join(10)
+        assert _same(a, b, rows), "the copy's target does not hold the source's rows"
+        print(f"copy of {rows:,} rows, repeat {rep + 1}/{COPY_REPS}: dump|restore {dumps[-1]:,.0f} r/s, "
+              f"zonesync {copies[-1]:,.0f} r/s ({copies[-1] / dumps[-1]:.2f}x), peak RSS {peak:.0f} MiB, "
+              f"writer {writer.done} writes")  # fmt: skip
+    return max(copies), max(dumps), max(peaks)
+
+
 def run(env: BenchEnv) -> list[Row]:
     dev_env.up_meta(env.cfg)
     dev_env.up_zone_bookkeeping(env.cfg)
     a, b = env.instances["a"], env.instances["b"]
     workdir = env.cfg.state_dir / "bench-copy"
     workdir.mkdir(parents=True, exist_ok=True)
-    _fill(a, COPY_ROWS)
-    dumps, copies, peaks = [], [], []
-    for rep in range(COPY_REPS):
-        writer = Writer(a, WRITES_PER_S, COPY_ROWS)
-        writer.start()
-        try:
-            _empty(b)
-            dumps.append(COPY_ROWS / _dump_restore(a, b))
-            _empty(b)
-            took, peak = _spark_copy(a, b, f"bench-{rep}", workdir)
-            copies.append(COPY_ROWS / took)
-            peaks.append(peak)
-        finally:
-            writer.stopping.set()
-            writer.join(10)
-        assert _same(a, b), "the copy's target does not hold the source's rows"
-        print(f"copy repeat {rep + 1}/{COPY_REPS}: dump|restore {dumps[-1]:,.0f} r/s, zonesync {copies[-1]:,.0f} r/s "
-              f"({copies[-1] / dumps[-1]:.2f}x), peak RSS {peak:.0f} MiB, writer {writer.done} writes")  # fmt: skip
-    _fill(a, 3 * COPY_ROWS)
-    _empty(b)
+    rows, peak1 = [], 0.0
+    for size in sorted({SMALL_ROWS, COPY_ROWS}):
+        copy, dump, peak = _speed(a, b, size, workdir)
+        if size == SMALL_ROWS:
+            peak1 = peak
+        rows.append(Row(f"copy: {size // 1000}k rows, {WRITES_PER_S} writes/s", copy, dump, "r/s", 1.0,
+                        f"mariadb-dump --single-transaction | mariadb, same table and zones, best of {COPY_REPS} each"
+                        + ("" if size == COPY_ROWS else " (Spark's ~5 s start weighs on a small table)")))  # fmt: skip
+    _fill(a, 3 * SMALL_ROWS)
+    _empty(b, "bench-3x")
     _, peak3 = _spark_copy(a, b, "bench-3x", workdir)
-    print(f"copy of {3 * COPY_ROWS:,} rows: peak RSS {peak3:.0f} MiB (vs {max(peaks):.0f} MiB at {COPY_ROWS:,})")
+    print(f"copy of {3 * SMALL_ROWS:,} rows: peak RSS {peak3:.0f} MiB (vs {peak1:.0f} MiB at {SMALL_ROWS:,})")
     lag_row = _lag_during_copy(env, a, b, env.instances["c"], workdir)
     for inst in (a, b):
         _exec(inst, "SET SESSION sql_log_bin = 0", f"DROP TABLE zonesync_app.{TABLE}")
     return [
         lag_row,
-        Row(f"copy: {COPY_ROWS // 1000}k rows, {WRITES_PER_S} writes/s", max(copies), max(dumps), "r/s", 1.0,
-            f"mariadb-dump --single-transaction | mariadb, same table and zones, best of {COPY_REPS} each"),
-        Row("copy: peak RSS, 1x vs 3x rows", max(peaks), peak3, "MiB", 0.8,
-            f"the same copy of {3 * COPY_ROWS:,} rows (ratio = 1x peak / 3x peak: flat is 1.0)"),
+        *rows,
+        Row("copy: peak RSS, 1x vs 3x rows", peak1, peak3, "MiB", 0.8,
+            f"the same copy of {3 * SMALL_ROWS:,} rows (ratio = 1x peak / 3x peak: flat is 1.0)"),
     ]  # fmt: skip

@@ -47,7 +47,14 @@ with DAG(
         "mode": Param("rebuild", type="string", enum=["rebuild", "add-zone", "repair"], description="Why the copy."),
         "reason": Param("", type="string", minLength=1, maxLength=500, description="Why (kept in the history)."),
         "chunk_rows": Param(50000, type="integer", minimum=100, maximum=10000000, description="Rows per chunk."),
-        "parallel": Param(4, type="integer", minimum=1, maximum=256, description="Chunks read and merged at a time."),
+        "parallel": Param(
+            16,
+            type="integer",
+            minimum=1,
+            maximum=256,
+            description="Chunks per wave: one Spark job (its executors land as many at once as they have cores); "
+            "the lag throttle looks between waves.",
+        ),
         "max_lag_s": Param(
             5.0,
             type="number",

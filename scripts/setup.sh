@@ -3,17 +3,18 @@
 #   1. Debian packages: MariaDB server binaries (zones are private mariadbd
 #      processes, never the system service), the MariaDB client library and its
 #      headers (mysqlclient builds against them), the MariaDB JDBC jar (Spark),
-#      a Java 17 runtime (Spark), a C toolchain.
+#      a Java 17 JDK (Spark, and javac for zonesync's JVM code), a C toolchain.
 #   2. .venv with the exact versions of requirements.lock and zonesync itself
 #      (editable: packages zonesync and zonesync_airflow).
-#   3. zonesync's C module (scripts/build_native.py), rebuilt when its source changed.
+#   3. zonesync's C module (scripts/build_native.py) and JVM jar (scripts/build_jar.py),
+#      each rebuilt when its source changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 APT_PACKAGES=(mariadb-server-core mariadb-client-core libmariadb-dev libmariadb-java
-              openjdk-17-jre-headless build-essential pkg-config)
+              openjdk-17-jdk-headless build-essential pkg-config)
 # the C module builds against the interpreter's headers: Debian's for Debian's python3
 if ! "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
   APT_PACKAGES+=(python3-dev)
@@ -47,7 +48,8 @@ fi
 stamp="$VENV/.zonesync-setup"
 want=$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/zonesync" ]; then
-  exec "$VENV/bin/python" scripts/build_native.py
+  "$VENV/bin/python" scripts/build_native.py
+  exec "$VENV/bin/python" scripts/build_jar.py
 fi
 [ -x "$VENV/bin/python" ] || { echo "setup: creating $VENV"; "$PYTHON" -m venv "$VENV"; }
 echo "setup: installing pinned Python packages into $VENV (first time: a few minutes)"
@@ -55,5 +57,6 @@ echo "setup: installing pinned Python packages into $VENV (first time: a few min
 "$VENV/bin/python" -m pip install -q -r requirements.lock
 "$VENV/bin/python" -m pip install -q --no-deps -e . 2>/dev/null
 "$VENV/bin/python" scripts/build_native.py
+"$VENV/bin/python" scripts/build_jar.py
 echo "$want" > "$stamp"
 echo "setup: done"

@@ -1,12 +1,14 @@
 """full_copy: the row-copy half of an online full copy (docs/copy.md).
 
-Reads a table's key-range chunks from the source zone over JDBC (a wave of
-`--parallel` chunks at a time, one Spark partition each, the range pushed down as
-the query's WHERE), appends them to a staging table in the target, and has the
-target merge each chunk with the applier's version rule and the tombstones
-(zonesync.copy.merge), marking the chunk done in the same transaction. A re-run
-of the same run id skips done chunks, so a kill -9 of the driver or an executor
-at any moment loses at most the chunks in flight, which run again.
+Copies a table in key-range chunks, a wave of `--parallel` chunks at a time (one
+Spark job; partition i of the wave copies chunk i): each task reads its chunk from the
+source zone over JDBC, the range pushed down as the query's WHERE, and lands it
+straight in the target's table with the applier's version rule and the tombstones
+(zonesync.copy.merge's statements, run by the JVM function
+spark_jobs/jvm/zonesync/spark/ChunkCopier.java: no row passes through Spark's rows or a
+Python worker), marking the chunk done in the same transaction. A re-run of the same run id skips
+done chunks, so a kill -9 of the driver or an executor at any moment loses at most
+the chunks in flight, which run again.
 
     spark-submit spark_jobs/full_copy.py --run-id R --source a --target b --table tenants \\
         --zone a=jdbc:mysql://127.0.0.1:23307/zonesync_app --zone b=jdbc:mysql://... --output /tmp/copy.json
@@ -15,6 +17,7 @@ at any moment loses at most the chunks in flight, which run again.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -34,7 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--target", required=True, help="zone the rows are merged into")
     parser.add_argument("--table", action="append", required=True, help="a table to copy (repeat, or a,b)")
     parser.add_argument("--chunk-rows", type=int, default=50_000, help="rows per key-range chunk")
-    parser.add_argument("--parallel", type=int, default=4, help="chunks read and merged at a time")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=16,
+        help="chunks per wave: one Spark job, its executors landing as many at once as they have cores",
+    )
     parser.add_argument("--stop-after", type=int, default=0, help="(tests) stop after this many chunks")
     parser.add_argument("--meta", help="the meta store, mysql://user@host:port/db (password: ZONESYNC_META_PASSWORD)")
     parser.add_argument("--max-lag-s", type=float, default=0.0, help="wait while another zone lags more (0: never)")
@@ -55,39 +63,50 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def extract(spark, url: str, props: dict, db: str, table: str, cols: list[str], chunks: list[dict]):
-    """One DataFrame of a wave's chunks: each chunk one JDBC query (one partition) of its
-    key range, tagged with its number."""
-    from zonesync.copy.chunks import predicate
-    from zonesync.copy.merge import CHUNK_COL
+def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: str, table: str,
+              columns: list[str], key: list[str], wave: list[dict], gate: str | None = None) -> None:  # fmt: skip
+    """Copy a wave's chunks, Spark partition i copying chunk i from the source straight
+    into the target (ChunkCopier: read, then landed by zonesync.copy.merge's statements)."""
+    from zonesync.copy import merge
 
-    frames = []
-    for c in chunks:
-        where = predicate(cols, c["lo"], c["hi"])
-        query = f"(SELECT t.*, {int(c['chunk'])} AS `{CHUNK_COL}` FROM `{db}`.`{table}` t WHERE {where}) AS c"
-        frames.append(spark.read.jdbc(url, query, properties={**props, "fetchsize": "10000"}))
-    df = frames[0]
-    for other in frames[1:]:
-        df = df.unionByName(other)
-    return df
+    jvm, gateway = spark._jvm, spark.sparkContext._gateway
 
+    def endpoint(url: str, props: dict, session: str):
+        jprops = jvm.java.util.Properties()
+        for k, v in {"user": props["user"], "password": props["password"], "sessionVariables": session,
+                     "useBulkStmts": "true", "tinyInt1isBit": "false", "yearIsDateType": "false"}.items():  # fmt: skip
+            jprops.setProperty(k, v)
+        return jvm.zonesync.spark.ChunkCopier.Endpoint(url, jprops)
 
-def transform(df, columns: list[str]):
-    """The staged rows: the table's columns in the target's order, then the chunk's."""
-    from zonesync.copy.merge import CHUNK_COL
+    def strings(values):
+        out = gateway.new_array(jvm.String, len(values))
+        for i, v in enumerate(values):
+            out[i] = v
+        return out
 
-    return df.select(*[f"`{c}`" for c in columns], CHUNK_COL)
-
-
-def load(df, url: str, props: dict, stage: str) -> None:
-    write_props = {
-        **props,
-        "batchsize": "10000",
-        "rewriteBatchedStatements": "true",
-        # staged rows never reach the target's replicator (they are not the app's tables either)
-        "sessionInitStatement": "SET time_zone = '+00:00', skip_replication = 1",
-    }
-    df.write.jdbc(url, f"zonesync.`{stage}`", mode="append", properties=write_props)
+    chunks = gateway.new_array(jvm.long, len(wave))
+    for i, c in enumerate(wave):
+        chunks[i] = int(c["chunk"])
+    positions = merge.key_positions(columns, key)
+    key_at = gateway.new_array(jvm.int, len(positions))
+    for i, at in enumerate(positions):
+        key_at[i] = at
+    copier = jvm.zonesync.spark.ChunkCopier(
+        endpoint(*src, "time_zone='+00:00'"),
+        # copied rows never reach the target's replicator (S001-13)
+        endpoint(*dst, "time_zone='+00:00',skip_replication=1"),
+        run_id, table, chunks,
+        strings([merge.select_statement(src_db, table, columns, key, c["lo"], c["hi"]) for c in wave]),
+        strings([merge.range_statement(dst_db, table, key, c["lo"], c["hi"]) for c in wave]),
+        strings([merge.cleanup_statement(dst_db, table, key, c["lo"], c["hi"]) for c in wave]),
+        key_at, merge.insert_statement(dst_db, table, columns), merge.upsert_statement(dst_db, table, columns),
+        merge.LOCK_CHUNK, merge.ANY_TOMBSTONE, merge.MARK_DONE, 5000, gate,
+    )  # fmt: skip
+    # an RDD of the numbers 0..n-1, one per partition: no Spark SQL planning or codegen
+    numbers = jvm.java.util.ArrayList()
+    for i in range(len(wave)):
+        numbers.add(i)
+    spark.sparkContext._jsc.parallelize(numbers, len(wave)).foreachPartition(copier)
 
 
 def stage_orphans(spark, zones: dict, args, table: str, key: list[str], stage: str) -> int:
@@ -123,9 +142,8 @@ def find_orphans(target_keys, source_keys, key: list[str]):
 
 
 class TableCopy:
-    """One table's row copy (see the module's text). Waves overlap: while the target
-    merges wave N (a thread of the driver, on its own connection), Spark reads and
-    stages wave N+1."""
+    """One table's row copy (see the module's text): waves of `--parallel` chunks, each
+    chunk read and landed by one Spark task."""
 
     def __init__(self, spark, args, zones: dict, table: str, log=print, staged=None):
         self.spark, self.args, self.zones, self.table, self.log, self.staged = spark, args, zones, table, log, staged
@@ -134,85 +152,138 @@ class TableCopy:
         self.rows = self.done = 0
 
     def run(self) -> dict:
-        from concurrent.futures import ThreadPoolExecutor
-
         from zonesync.copy import chunks as chunk_plan
-        from zonesync.copy.merge import drop_stage, stage_name
+        from zonesync.copy.merge import stage_name
 
-        args, table = self.args, self.table
+        args, table, began = self.args, self.table, time.monotonic()
         src, dst = db_connect(self.src_url, self.src_props), db_connect(self.dst_url, self.dst_props)
-        merger = ThreadPoolExecutor(1, thread_name_prefix="merge")
         try:
             self.key = chunk_plan.check_copyable(src, self.src_db, table, args.source)
             chunk_plan.check_copyable(dst, self.dst_db, table, args.target)
             self.columns = [c for c, _ in _columns(dst, self.dst_db, table)]
             self.plan = chunk_plan.ensure_plan(dst, src, args.run_id, table, self.key, args.chunk_rows)
             self.stage = stage_name(args.run_id, table)
-            drop_stage(dst, self.stage, waves_only=True)  # what a killed attempt staged
             pending = [c for c in self.plan if c["status"] != "done"]
+            self.log(f"{table}: {len(self.plan)} chunks planned, {len(pending)} to copy "
+                     f"({time.monotonic() - began:.1f} s of checks and planning)")  # fmt: skip
             self.done, self.started = len(self.plan) - len(pending), time.monotonic()
-            self._waves(pending[: args.stop_after] if args.stop_after else pending, dst, merger)
+            before = _rows_landed(dst, args.run_id, table)
+            self._waves(pending[: args.stop_after] if args.stop_after else pending)
+            self.rows = _rows_landed(dst, args.run_id, table) - before  # this attempt's
             seconds = round(time.monotonic() - self.started, 3)
             complete = self.done == len(self.plan)
-            orphans = stage_orphans(self.spark, self.zones, args, table, self.key, self.stage) if complete else None
+            orphans = None
+            if complete and not _target_was_empty(dst, args.run_id, table):
+                orphans = stage_orphans(self.spark, self.zones, args, table, self.key, self.stage)
             return {"chunks": len(self.plan), "done": self.done, "rows": self.rows, "seconds": seconds,
                     "orphans": orphans}  # fmt: skip
         finally:
-            merger.shutdown(wait=True)
             src.close()
             dst.close()
 
-    def _waves(self, pending: list[dict], dst, merger) -> None:
-        from zonesync.copy.merge import create_stage, wave_stage
+    def _waves(self, pending: list[dict]) -> None:
         from zonesync.copy.throttle import wait_for_lag
 
-        meta, merging = _meta(self.args), None
+        meta = _meta(self.args)
         for start in range(0, len(pending), self.args.parallel):
             wave = pending[start : start + self.args.parallel]
             if meta is not None:
                 wait_for_lag(meta, self.args.target, self.args.max_lag_s, self.log)
-            stage = wave_stage(self.stage, wave[0]["chunk"])
-            with dst.cursor() as cur:
-                for stmt in create_stage(self.dst_db, self.table, stage):
-                    cur.execute(stmt)
             t0 = time.monotonic()
-            df = transform(extract(self.spark, self.src_url, self.src_props, self.src_db, self.table, self.key, wave),
-                           self.columns)  # fmt: skip
-            load(df, self.dst_url, self.dst_props, stage)
-            if self.staged is not None:  # (tests) every earlier wave merged, this one staged
-                if merging is not None:
-                    self._merged(*merging.result())
-                    merging = None
-                self.staged(self.table, wave)
-            staged_s = time.monotonic() - t0
-            if merging is not None:
-                self._merged(*merging.result())
-            merging = merger.submit(self._merge_wave, wave, stage, staged_s)
-        if merging is not None:
-            self._merged(*merging.result())
+            src, dst = (self.src_url, self.src_props), (self.dst_url, self.dst_props)
+            args = (self.spark, src, dst, self.args.run_id, self.src_db, self.dst_db, self.table, self.columns,
+                    self.key, wave)  # fmt: skip
+            if self.staged is None:
+                copy_wave(*args)
+            else:  # (tests) the wave read, every earlier one landed, this one not yet
+                with _Gate(self.dst_url, self.dst_props, self.args.run_id) as gate:
+                    gate.run(functools.partial(copy_wave, *args, gate=gate.sql),
+                             functools.partial(self.staged, self.table, wave))  # fmt: skip
+            self.done += len(wave)
+            took = time.monotonic() - self.started
+            self.log(f"{self.table}: {self.done}/{len(self.plan)} chunks in {took:.1f} s "
+                     f"(a wave of {len(wave)} in {time.monotonic() - t0:.2f} s)")  # fmt: skip
 
-    def _merge_wave(self, wave: list[dict], stage: str, staged_s: float) -> tuple[int, int, float, float]:
-        """(rows, chunks, seconds staging took, seconds merging took): the merge thread's."""
-        from zonesync.copy.merge import drop_table, merge_chunk_retrying
 
-        t0, rows = time.monotonic(), 0
-        conn = db_connect(self.dst_url, self.dst_props)
+class _Gate:
+    """(tests) A named lock in the target that each chunk's task takes after reading its
+    rows and before landing them: held by the driver while the test's hook runs."""
+
+    def __init__(self, url: str, props: dict, run_id: str):
+        import hashlib
+
+        self.name = "zonesync-copy-gate-" + hashlib.sha1(run_id.encode()).hexdigest()[:12]
+        self.sql = f"SELECT GET_LOCK('{self.name}', 600), RELEASE_LOCK('{self.name}')"
+        self.conn = db_connect(url, props)
+
+    def __enter__(self):
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, 10)", (self.name,))
+            assert cur.fetchone()[0] == 1, "the copy's test gate is held elsewhere"
+        return self
+
+    def run(self, copy, hook) -> None:
+        """copy() in a thread; once a task waits at the gate, hook(); then open the gate."""
+        import threading
+
+        failed: list[BaseException] = []
+
+        def body() -> None:
+            try:
+                copy()
+            except BaseException as exc:  # noqa: BLE001 - raised in the driver below
+                failed.append(exc)
+
+        worker = threading.Thread(target=body, name="copy-wave")
+        worker.start()
         try:
-            for c in wave:
-                rows += merge_chunk_retrying(conn, self.dst_db, self.args.run_id, self.table, stage, self.columns,
-                                             self.key, c["chunk"]) or 0  # fmt: skip
-            drop_table(conn, stage)
+            while worker.is_alive() and not self._waited():
+                time.sleep(0.05)
+            if worker.is_alive():
+                hook()
         finally:
-            conn.close()
-        return rows, len(wave), staged_s, time.monotonic() - t0
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT RELEASE_LOCK(%s)", (self.name,))
+            worker.join()
+        if failed:
+            raise failed[0]
 
-    def _merged(self, rows: int, chunks: int, staged_s: float, merged_s: float) -> None:
-        self.rows, self.done = self.rows + rows, self.done + chunks
-        took = time.monotonic() - self.started
-        self.log(
-            f"{self.table}: {self.done}/{len(self.plan)} chunks, {self.rows} rows in {took:.1f} s "
-            f"({self.rows / max(took, 1e-9):.0f} rows/s; a wave staged in {staged_s:.2f} s, merged in {merged_s:.2f} s)"
+    def _waited(self) -> bool:
+        with self.conn.cursor() as cur:
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s",
+                (f"SELECT GET_LOCK('{self.name}'%",),
+            )
+            return cur.fetchone()[0] > 0
+
+    def __exit__(self, *exc) -> None:
+        self.conn.close()
+
+
+def _target_was_empty(conn, run_id: str, table: str) -> bool:
+    """Whether start_incremental found the target without a row of `table`: then every row
+    only the target holds came from the stream and is never stale, and the search for
+    them (stage_orphans) is skipped."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT target_was_empty FROM zonesync.copy_tables WHERE run_id = %s AND table_name = %s", (run_id, table)
         )
+        row = cur.fetchone()
+    conn.commit()
+    return bool(row and row[0])
+
+
+def _rows_landed(conn, run_id: str, table: str) -> int:
+    """Rows read by this run's done chunks of `table` (kept with the chunks)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COALESCE(SUM(rows_read), 0) FROM zonesync.copy_chunks WHERE run_id = %s AND table_name = %s "
+            "AND status = 'done'",
+            (run_id, table),
+        )
+        rows = int(cur.fetchone()[0])
+    conn.commit()
+    return rows
 
 
 def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> dict:

@@ -110,16 +110,17 @@ def airflow_db(test_cfg):
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local[2] SparkSession for the whole run, with the MariaDB JDBC driver."""
+    """One local[2] SparkSession for the whole run, with the MariaDB JDBC driver and
+    zonesync's jar."""
     from pyspark.sql import SparkSession
 
-    from zonesync_airflow.operators.spark import MARIADB_JDBC_JAR
+    from zonesync import jvm
 
     session = (
         SparkSession.builder.master("local[2]")
         .appName("zonesync-tests")
-        .config("spark.jars", MARIADB_JDBC_JAR)
-        .config("spark.driver.extraClassPath", MARIADB_JDBC_JAR)
+        .config("spark.jars", jvm.jars_option())
+        .config("spark.driver.extraClassPath", jvm.class_path())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")

@@ -1,12 +1,12 @@
 """Full copy, pure parts: requests refused field by field, where each partition of the
-target goes, the chunk predicates, and the merge statement's guards."""
+target goes, the chunk predicates, and the landing statements' guards."""
 
 from __future__ import annotations
 
 import pytest
 
 from zonesync.copy.chunks import literal, predicate
-from zonesync.copy.merge import merge_statement, pk_text_sql, stage_name
+from zonesync.copy.merge import pk_text_sql, stage_name
 from zonesync.copy.positions import moved
 from zonesync.copy.request import CopyRefused, CopyRequest
 from zonesync.events import pk_text
@@ -69,14 +69,32 @@ def test_chunk_predicates_cover_the_key_space_without_overlap():
     assert literal([7]) == "7"
 
 
-def test_the_merge_statement_guards_by_version_and_tombstone():
-    sql = merge_statement("app", "tenants", "stg", ["tenant_id", "name", "_zs_origin", "_zs_version"], ["tenant_id"], 3)
-    assert "WHERE s.`_zs_chunk` = 3" in sql
-    assert "tb.version >= s.`_zs_version`" in sql
-    # every column only when the staged row is newer, and the version last
-    assert "`app`.`tenants`.`name` = IF(VALUES(`_zs_version`) > `app`.`tenants`.`_zs_version`" in sql
-    t = "`app`.`tenants`"
-    assert sql.endswith(f"{t}.`_zs_version` = GREATEST({t}.`_zs_version`, VALUES(`_zs_version`))")
+def test_copied_rows_land_by_the_version_rule():
+    from zonesync.copy.merge import insert_statement, key_positions, range_statement, upsert_statement
+
+    cols = ["tenant_id", "_zs_version", "name", "_zs_origin"]
+    assert key_positions(cols, ["tenant_id"]) == [0] and key_positions(cols, ["_zs_origin", "name"]) == [2, 1]
+    # a key the target lacks: a plain INSERT, the version bound last
+    assert insert_statement("app", "tenants", cols) == (
+        "INSERT INTO `app`.`tenants` (`tenant_id`, `name`, `_zs_origin`, `_zs_version`) VALUES (?, ?, ?, ?)"
+    )
+    # a key it holds: every column only when the copied row is newer, and the version last
+    up = upsert_statement("app", "tenants", cols)
+    assert "`name` = IF(VALUES(`_zs_version`) > `_zs_version`, VALUES(`name`), `name`)" in up
+    assert up.endswith("`_zs_version` = GREATEST(`_zs_version`, VALUES(`_zs_version`))")
+    # which keys it holds: read under a lock of the chunk's range
+    assert range_statement("app", "tenants", ["tenant_id"], [10], [20]) == (
+        "SELECT `tenant_id` FROM `app`.`tenants` WHERE `tenant_id` > 10 AND `tenant_id` <= 20 FOR UPDATE"
+    )
+
+
+def test_the_cleanup_deletes_the_chunks_rows_a_tombstone_outranks():
+    from zonesync.copy.merge import cleanup_statement
+
+    sql = cleanup_statement("app", "tenants", ["tenant_id"], None, [100])
+    assert sql.startswith("DELETE t FROM `app`.`tenants` t JOIN zonesync.tombstones tb ON tb.table_name = 'tenants'")
+    assert "tb.pk = CONCAT('[', t.`tenant_id`, ']')" in sql
+    assert sql.endswith("WHERE t.`tenant_id` <= 100 AND tb.version >= t.`_zs_version`")
 
 
 @pytest.mark.parametrize("key", [{"id": 5}, {"b": 2, "a": -1}, {"z": 10, "m": 20, "a": 30}])
@@ -113,31 +131,6 @@ def test_verify_counts_only_differences_no_write_in_flight_explains(src, dst, sr
     from zonesync.copy.verify import real_differences
 
     assert real_differences(src, dst, src_deleted, dst_deleted, cut=100) == real
-
-
-def test_a_chunk_merge_chosen_as_a_deadlock_victim_is_merged_again(monkeypatch):
-    import pymysql
-
-    from zonesync.copy import merge as merge_mod
-
-    calls = []
-
-    def flaky(*args):
-        calls.append(args[-1])
-        if len(calls) < 3:
-            raise pymysql.err.OperationalError(1213 if len(calls) == 1 else 1205, "deadlock / lock wait")
-        return 42
-
-    monkeypatch.setattr(merge_mod, "merge_chunk", flaky)
-    monkeypatch.setattr("time.sleep", lambda s: None)
-    assert merge_mod.merge_chunk_retrying(None, "app", "r", "t", "s", [], [], 7) == 42 and calls == [7, 7, 7]
-
-    def broken(*args):
-        raise pymysql.err.OperationalError(1146, "table missing")
-
-    monkeypatch.setattr(merge_mod, "merge_chunk", broken)
-    with pytest.raises(pymysql.err.OperationalError, match="table missing"):
-        merge_mod.merge_chunk_retrying(None, "app", "r", "t", "s", [], [], 7)
 
 
 def test_progress_gives_the_rate_and_what_is_left():

@@ -116,7 +116,12 @@ def register(sub) -> None:
     cp.add_argument("--mode", default="rebuild", help="rebuild | add-zone | repair")
     cp.add_argument("--reason", help="why (kept in the history)")
     cp.add_argument("--chunk-rows", type=int, default=50_000, help="rows per key-range chunk")
-    cp.add_argument("--parallel", type=int, default=4, help="chunks read and merged at a time")
+    cp.add_argument(
+        "--parallel",
+        type=int,
+        default=16,
+        help="chunks per wave: one Spark job, its executors landing as many at once as they have cores",
+    )
     cp.add_argument("--timeout", type=float, default=86400.0, help="stop following after (s)")
     cp.add_argument("--no-follow", action="store_true", help="trigger and return the run id")
     cp.set_defaults(func=cmd_copy)

@@ -64,8 +64,9 @@ def check_copyable(conn, schema: str, table: str, zone: str) -> list[str]:
     return [c for c, _ in key]
 
 
-def row_key(cols: list[str]) -> str:
-    return q(cols[0]) if len(cols) == 1 else "(" + ", ".join(q(c) for c in cols) + ")"
+def row_key(cols: list[str], alias: str = "") -> str:
+    names = [f"{alias}.{q(c)}" if alias else q(c) for c in cols]
+    return names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
 
 
 def literal(values: list[int]) -> str:
@@ -73,13 +74,13 @@ def literal(values: list[int]) -> str:
     return ints[0] if len(ints) == 1 else "(" + ", ".join(ints) + ")"
 
 
-def predicate(cols: list[str], lo: list[int] | None, hi: list[int] | None) -> str:
-    """The WHERE condition of one chunk (pure)."""
+def predicate(cols: list[str], lo: list[int] | None, hi: list[int] | None, alias: str = "") -> str:
+    """The WHERE condition of one chunk (pure); `alias` qualifies the key's columns."""
     parts = []
     if lo is not None:
-        parts.append(f"{row_key(cols)} > {literal(lo)}")
+        parts.append(f"{row_key(cols, alias)} > {literal(lo)}")
     if hi is not None:
-        parts.append(f"{row_key(cols)} <= {literal(hi)}")
+        parts.append(f"{row_key(cols, alias)} <= {literal(hi)}")
     return " AND ".join(parts) or "1 = 1"
 
 

@@ -1,39 +1,48 @@
-"""Landing a chunk in the target: the applier's version rule, as one statement the
-target runs itself.
+"""Landing a chunk in the target: the applier's version rule, as statements the target
+runs itself.
 
-The Spark job appends a wave's chunks to a staging table of their own in the target's
-`zonesync` database (no keys but the chunk number's, so rows read at different moments
-never clash), then one transaction per chunk:
+Each Spark task of the row copy reads one key-range chunk from the source and lands it
+straight in the target's table in one transaction (spark_jobs/jvm/…/ChunkCopier,
+which runs the statements built here):
 
-1. locks the chunk's row in copy_chunks; a chunk already done is not merged again
+1. locks the chunk's row in copy_chunks; a chunk already done is not landed again
    (a re-run after a kill);
-2. INSERT … SELECT from staging, each row only if no tombstone of its key is at or
-   above its version (S000-76: a delete the stream applied first keeps the row
-   away), and ON DUPLICATE KEY UPDATE every column only if the staged version is
-   newer (S000-71..75: the newest version wins, whichever path came first);
-   _zs_version is assigned last, as MySQL assigns left to right;
-3. marks the chunk done with its counts.
+2. locks the chunk's key range in the target (range_statement: its rows and the gaps
+   between them, REPEATABLE READ), learning which copied keys the target holds;
+3. inserts the rows whose keys the target lacks in batches of plain INSERTs (nothing
+   can appear in the locked range meanwhile), and upserts the others: INSERT … ON
+   DUPLICATE KEY UPDATE every column only if the copied version is newer (S000-71..75:
+   the newest version wins, whichever path came first); _zs_version is assigned last,
+   as MySQL assigns left to right. A batch of upserts runs at half the speed of a batch
+   of INSERTs, and a copy into an emptied zone finds almost every key missing;
+4. if the table has any tombstone, deletes the chunk's rows that a tombstone at or above
+   their version outranks (S000-76: a delete the stream applied first keeps the row
+   away). Versions only grow and a re-insert outranks its tombstone, so a live row at or
+   below its tombstone is stale, whoever wrote it;
+5. marks the chunk done with its counts.
 
-Once every chunk of the wave is merged its staging table is dropped (cheaper than
-deleting its rows); a killed attempt's staging tables are dropped when the job starts
-again, and its chunks that did not commit are read again into new ones.
+The transaction runs in REPEATABLE READ. The tombstone probe of step 4 is a consistent
+read taken after the upsert's row locks: an applier's delete of a copied key either
+committed its tombstone before the probe (seen, and the cleanup's locking read deletes
+the row) or has to wait for this transaction's lock on the row and deletes it after
+(in copy mode the applier writes the tombstone before its version-guarded delete). The
+session sets skip_replication, as the applier's does: the target's replicator never
+publishes copied rows (S001-13).
 
-The transaction runs in REPEATABLE READ: the tombstone lookup inside INSERT …
-SELECT is then a locking read, so an applier's delete either committed its
-tombstone before (seen, the row stays away) or waits for this transaction and
-deletes the merged row after it (the applier writes the tombstone before its
-version-guarded delete in copy mode). The session sets skip_replication, as the
-applier's does: the target's replicator never publishes copied rows (S001-13).
+Before session 14 the rows were staged in a table of the target and merged with
+INSERT … SELECT: every row was written twice, and the row copy ran at 0.15x of
+`mariadb-dump | mariadb` (docs/benchmarks.md). The staging tables that remain are the
+prune step's candidates (stage_name + prune.orphans_name).
 """
 
 from __future__ import annotations
 
 import hashlib
 
-from zonesync.copy.chunks import q
+from zonesync.copy.chunks import predicate, q
 
 STAGE_DB = "zonesync"
-CHUNK_COL = "_zs_chunk"
+VERSION = "_zs_version"
 
 
 def stage_name(run_id: str, table: str) -> str:
@@ -42,21 +51,9 @@ def stage_name(run_id: str, table: str) -> str:
     return f"copy_stage_{digest}"
 
 
-def wave_stage(stage: str, first_chunk: int) -> str:
-    """The staging table of the wave that starts at chunk `first_chunk`."""
-    return f"{stage}_w{int(first_chunk)}"
-
-
-def create_stage(app_db: str, table: str, stage: str) -> list[str]:
-    """Staging: the table's columns, no key but the chunk number's (idempotent). MyISAM:
-    staged rows are disposable (a killed wave is read again), and skipping InnoDB's
-    undo and redo for them made the row copy 25 % faster (make bench copy)."""
-    return [
-        f"CREATE TABLE IF NOT EXISTS {q(STAGE_DB)}.{q(stage)} ENGINE=MyISAM AS "
-        f"SELECT * FROM {q(app_db)}.{q(table)} WHERE 1 = 0",
-        f"ALTER TABLE {q(STAGE_DB)}.{q(stage)} ADD COLUMN IF NOT EXISTS {q(CHUNK_COL)} INT NOT NULL DEFAULT 0, "
-        f"ADD KEY IF NOT EXISTS idx_chunk ({q(CHUNK_COL)})",
-    ]
+def landing_columns(columns: list[str]) -> list[str]:
+    """The table's columns in the order the upsert binds them: _zs_version last."""
+    return [c for c in columns if c != VERSION] + [VERSION]
 
 
 def pk_text_sql(alias: str, key_cols: list[str]) -> str:
@@ -65,83 +62,66 @@ def pk_text_sql(alias: str, key_cols: list[str]) -> str:
     return f"CONCAT('[', {parts}, ']')"
 
 
-def merge_statement(app_db: str, table: str, stage: str, columns: list[str], key_cols: list[str], chunk: int) -> str:
-    """The version- and tombstone-guarded merge of one staged chunk (pure)."""
-    cols = [c for c in columns if c not in ("_zs_version", CHUNK_COL)] + ["_zs_version"]
-    col_sql = ", ".join(q(c) for c in cols)
-    t = f"{q(app_db)}.{q(table)}"  # (qualified: the SELECT's staging table has the same columns)
-    newer = f"VALUES(`_zs_version`) > {t}.`_zs_version`"
-    sets = [f"{t}.{q(c)} = IF({newer}, VALUES({q(c)}), {t}.{q(c)})" for c in cols[:-1]]
-    sets.append(f"{t}.`_zs_version` = GREATEST({t}.`_zs_version`, VALUES(`_zs_version`))")
-    name = table.replace("'", "''")
+def key_positions(columns: list[str], key_cols: list[str]) -> list[int]:
+    """Where each key column is in a landed row (landing_columns order)."""
+    cols = landing_columns(columns)
+    return [cols.index(k) for k in key_cols]
+
+
+def select_statement(app_db: str, table: str, columns: list[str], key_cols: list[str], lo, hi) -> str:
+    """The source's rows of one chunk, columns in landing_columns order (pure)."""
+    cols = ", ".join(q(c) for c in landing_columns(columns))
+    return f"SELECT {cols} FROM {q(app_db)}.{q(table)} WHERE {predicate(key_cols, lo, hi)}"
+
+
+def range_statement(app_db: str, table: str, key_cols: list[str], lo, hi) -> str:
+    """Lock a chunk's key range in the target and read the keys it holds (pure)."""
+    keys = ", ".join(q(k) for k in key_cols)
+    return f"SELECT {keys} FROM {q(app_db)}.{q(table)} WHERE {predicate(key_cols, lo, hi)} FOR UPDATE"
+
+
+def insert_statement(app_db: str, table: str, columns: list[str]) -> str:
+    """The plain INSERT of one copied row whose key the target lacks, its columns as
+    parameters in landing_columns order (pure)."""
+    cols = landing_columns(columns)
     return (
-        f"INSERT INTO {q(app_db)}.{q(table)} ({col_sql}) "
-        f"SELECT {', '.join('s.' + q(c) for c in cols)} FROM {q(STAGE_DB)}.{q(stage)} s "
-        f"WHERE s.{q(CHUNK_COL)} = {int(chunk)} AND NOT EXISTS (SELECT 1 FROM zonesync.tombstones tb "
-        f"WHERE tb.table_name = '{name}' AND tb.pk = {pk_text_sql('s', key_cols)} AND tb.version >= s.`_zs_version`) "
-        f"ON DUPLICATE KEY UPDATE {', '.join(sets)}"
+        f"INSERT INTO {q(app_db)}.{q(table)} ({', '.join(q(c) for c in cols)}) "
+        f"VALUES ({', '.join('?' for _ in cols)})"
     )
 
 
-def merge_chunk(conn, app_db: str, run_id: str, table: str, stage: str, columns, key_cols, chunk: int) -> int | None:
-    """Merge one staged chunk (from the staging table `stage`) and mark it done, in one
-    transaction; the number of rows staged for it, or None when it was done already."""
-    with conn.cursor() as cur:
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("SET SESSION skip_replication = 1")
-        conn.begin()
-        try:
-            cur.execute(
-                "SELECT status FROM zonesync.copy_chunks WHERE run_id = %s AND table_name = %s AND chunk_no = %s "
-                "FOR UPDATE",
-                (run_id, table, chunk),
-            )
-            row = cur.fetchone()
-            cur.execute(f"SELECT COUNT(*) FROM {q(STAGE_DB)}.{q(stage)} WHERE {q(CHUNK_COL)} = %s", (chunk,))
-            staged = int(cur.fetchone()[0])
-            if row is not None and row[0] == "done":
-                conn.commit()
-                return None
-            landed = cur.execute(merge_statement(app_db, table, stage, list(columns), list(key_cols), chunk))
-            cur.execute(
-                "UPDATE zonesync.copy_chunks SET status = 'done', rows_read = %s, rows_landed = %s, done_at = NOW(6) "
-                "WHERE run_id = %s AND table_name = %s AND chunk_no = %s",
-                (staged, landed, run_id, table, chunk),
-            )
-            conn.commit()
-            return staged
-        except BaseException:
-            conn.rollback()
-            raise
+def upsert_statement(app_db: str, table: str, columns: list[str]) -> str:
+    """The version-guarded upsert of one copied row whose key the target holds (pure)."""
+    cols = landing_columns(columns)
+    newer = f"VALUES({q(VERSION)}) > {q(VERSION)}"
+    sets = [f"{q(c)} = IF({newer}, VALUES({q(c)}), {q(c)})" for c in cols[:-1]]
+    sets.append(f"{q(VERSION)} = GREATEST({q(VERSION)}, VALUES({q(VERSION)}))")
+    return f"{insert_statement(app_db, table, columns)} ON DUPLICATE KEY UPDATE {', '.join(sets)}"
 
 
-# A merge takes gap locks (REPEATABLE READ) while the target's appliers write the same
-# keys: InnoDB may pick it as a deadlock's victim, or it may wait past the lock timeout.
-# Both roll its transaction back whole, and the chunk is merged again from staging.
-RETRIED = (1213, 1205)
+def cleanup_statement(app_db: str, table: str, key_cols: list[str], lo, hi) -> str:
+    """Delete the chunk's rows a tombstone at or above their version outranks (pure)."""
+    name = table.replace("'", "''")
+    return (
+        f"DELETE t FROM {q(app_db)}.{q(table)} t JOIN zonesync.tombstones tb ON tb.table_name = '{name}' "
+        f"AND tb.pk = {pk_text_sql('t', key_cols)} WHERE {predicate(key_cols, lo, hi, alias='t')} "
+        f"AND tb.version >= t.{q(VERSION)}"
+    )
 
 
-def merge_chunk_retrying(conn, app_db, run_id, table, stage, columns, key_cols, chunk, attempts: int = 10):
-    """merge_chunk, again after a deadlock or lock wait timeout (up to `attempts` times)."""
-    import random
-    import time
-
-    import pymysql
-
-    for attempt in range(attempts):
-        try:
-            return merge_chunk(conn, app_db, run_id, table, stage, columns, key_cols, chunk)
-        except pymysql.err.OperationalError as exc:
-            if exc.args[0] not in RETRIED or attempt == attempts - 1:
-                raise
-            time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
-    raise AssertionError("unreachable")
+LOCK_CHUNK = (
+    "SELECT status FROM zonesync.copy_chunks WHERE run_id = ? AND table_name = ? AND chunk_no = ? FOR UPDATE"
+)
+ANY_TOMBSTONE = "SELECT 1 FROM zonesync.tombstones WHERE table_name = ? LIMIT 1"
+MARK_DONE = (
+    "UPDATE zonesync.copy_chunks SET status = 'done', rows_read = ?, rows_landed = ?, done_at = NOW(6) "
+    "WHERE run_id = ? AND table_name = ? AND chunk_no = ?"
+)
 
 
-def drop_stage(conn, stage: str, waves_only: bool = False) -> None:
-    """Drop the staging tables of a run and table (`waves_only`: the waves', not the
-    candidates the prune step still reads)."""
-    pattern = stage.replace("_", "\\_") + ("\\_w%" if waves_only else "%")
+def drop_stage(conn, stage: str) -> None:
+    """Drop the staging tables of a run and table (the prune step's candidates)."""
+    pattern = stage.replace("_", "\\_") + "%"
     with conn.cursor() as cur:
         cur.execute(
             "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME LIKE %s",
@@ -149,10 +129,4 @@ def drop_stage(conn, stage: str, waves_only: bool = False) -> None:
         )
         for (name,) in cur.fetchall():
             cur.execute(f"DROP TABLE IF EXISTS {q(STAGE_DB)}.{q(name)}")
-    conn.commit()
-
-
-def drop_table(conn, name: str) -> None:
-    with conn.cursor() as cur:
-        cur.execute(f"DROP TABLE IF EXISTS {q(STAGE_DB)}.{q(name)}")
     conn.commit()

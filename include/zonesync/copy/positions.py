@@ -157,10 +157,13 @@ def snapshot(target_conn) -> dict:
     return before
 
 
-def install(target_conn, run_id: str, copy_source: str, start: Positions, tables, before: dict) -> None:
+def install(
+    target_conn, run_id: str, copy_source: str, start: Positions, tables, before: dict, empty=frozenset()
+) -> None:
     """Move the target's appliers to the start positions in copy mode (see above), judged
     from `before`: the apply_state recorded before the first attempt (snapshot), never from
-    what a killed attempt left (every partition halted, which would read as "never ran")."""
+    what a killed attempt left (every partition halted, which would read as "never ran").
+    `empty`: the tables the target held no row of (kept from the first attempt)."""
     before = {s: {int(p): v for p, v in parts.items()} for s, parts in before.items()}
     with target_conn.cursor() as cur:
         cur.execute("SELECT source_zone, partition_no FROM zonesync.apply_state FOR UPDATE")
@@ -174,9 +177,9 @@ def install(target_conn, run_id: str, copy_source: str, start: Positions, tables
                     (source, p, f"full copy {run_id}: moving to its start position"),
                 )
         cur.executemany(
-            "INSERT INTO zonesync.copy_tables (table_name, run_id) VALUES (%s, %s) "
+            "INSERT INTO zonesync.copy_tables (table_name, run_id, target_was_empty) VALUES (%s, %s, %s) "
             "ON DUPLICATE KEY UPDATE run_id = VALUES(run_id)",
-            [(t, run_id) for t in tables],
+            [(t, run_id, int(t in empty)) for t in tables],
         )
     target_conn.commit()
     with target_conn.cursor() as cur:

@@ -115,6 +115,14 @@ def record_start(ctx: CopyContext) -> dict:
     return start
 
 
+def _has_rows(conn, app_db: str, table: str) -> bool:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT EXISTS (SELECT 1 FROM {chunks.q(app_db)}.{chunks.q(table)})")
+        found = bool(cur.fetchone()[0])
+    conn.commit()
+    return found
+
+
 def _typed(raw: dict) -> positions.Positions:
     return {s: {int(p): (int(v[0]), int(v[1])) for p, v in parts.items()} for s, parts in raw.items()}
 
@@ -127,11 +135,12 @@ def start_incremental(ctx: CopyContext) -> dict:
         run = ctx.store.set_once(ctx.run_id, before_json=_with(ctx, run.target_zone, positions.snapshot))
     start = _typed(run.positions())
     before = run.positions("before_json")
-    _with(
-        ctx,
-        run.target_zone,
-        lambda conn: positions.install(conn, ctx.run_id, run.source_zone, start, run.tables, before),
-    )
+
+    def install(conn) -> None:
+        empty = {t for t in run.tables if not _has_rows(conn, ctx.app_db, t)}
+        positions.install(conn, ctx.run_id, run.source_zone, start, run.tables, before, empty)
+
+    _with(ctx, run.target_zone, install)
     ctx.store.phase(ctx.run_id, "copying")
     return {s: len(p) for s, p in start.items()}
 

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from zonesync import jvm
 from zonesync_airflow.hooks.zone import ZoneHook
-
-MARIADB_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
 
 
 def password_env_var(zone: str) -> str:
@@ -40,8 +39,8 @@ class ZoneSparkSubmitOperator(SparkSubmitOperator):
     ) -> None:
         """`meta_conn_id`: also pass the meta store (`--meta URL`, its password in the
         environment), for jobs that read it."""
-        kwargs.setdefault("jars", MARIADB_JDBC_JAR)
-        kwargs.setdefault("driver_class_path", MARIADB_JDBC_JAR)
+        kwargs.setdefault("jars", jvm.jars_option())
+        kwargs.setdefault("driver_class_path", jvm.class_path())
         super().__init__(conn_id=conn_id, **kwargs)
         self.zones = zones
         self.meta_conn_id = meta_conn_id

@@ -427,3 +427,45 @@ def test_a_zone_being_filled_is_no_source_and_a_source_is_not_filled(cluster, gu
             steps.preflight(context(cluster, zones, meta, run_id, source, target))
         assert steps.CopyStore(meta).get(run_id) is None
     assert steps.preflight(context(cluster, zones, meta, "a-to-c", "a", "c")).status == "running"
+
+
+def test_an_idle_partition_moved_back_is_read_again(cluster, zones, meta, clean_copies):
+    """A copy's start halts the target's partitions and sets them running at earlier
+    positions in two transactions, which can both fall between two of the applier's
+    once-a-second looks. A partition with new events would fail its next claim and be
+    read again; an idle one has no round to fail: the applier sees its recorded LSN below
+    what it saw commit, and reads it again from there (here both moves in one transaction:
+    the look never sees it halted)."""
+    observer = zones["b"].connect()
+
+    def state() -> dict:
+        with observer.cursor() as cur:
+            cur.execute("SELECT partition_no, applied_lsn, kafka_offset FROM zonesync.apply_state "
+                        "WHERE source_zone = 'a'")  # fmt: skip
+            rows = {p: (lsn, off) for p, lsn, off in cur.fetchall()}
+        observer.commit()
+        return rows
+
+    def present() -> int:
+        with observer.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM zonesync_app.tenants WHERE tenant_id IN ({', '.join(map(str, keys))})")
+            n = cur.fetchone()[0]
+        observer.commit()
+        return n
+
+    before = state()
+    keys = own_keys("a", 30, start=90_000)
+    seed(zones, "a", keys)
+    wait_until(lambda: present() == len(keys), 60, "b applied a's new rows")
+    with observer.cursor() as cur:  # what a copy's start does to b, at once
+        cur.execute("SET SESSION skip_replication = 1")
+        cur.execute(f"DELETE FROM zonesync_app.tenants WHERE tenant_id IN ({', '.join(map(str, keys))})")
+        for p, (lsn, off) in before.items():
+            cur.execute("UPDATE zonesync.apply_state SET applied_lsn = %s, kafka_offset = %s "
+                        "WHERE source_zone = 'a' AND partition_no = %s", (lsn, off, p))  # fmt: skip
+    observer.commit()
+    try:
+        wait_until(lambda: present() == len(keys), 30, "b read a's moved-back partitions again")
+    finally:
+        observer.close()
+    no_trouble(meta)

@@ -7,6 +7,8 @@ import pytest
 
 from spark_jobs import full_copy
 from tests.integration.copy.conftest import copy_args
+from tests.support.apply_faults import wait_for_waiters
+from tests.support.background import wait_until
 from tests.support.replication import checksum, reset_state
 from zonesync.copy import chunks
 
@@ -84,7 +86,6 @@ def test_the_copy_waits_while_another_zone_lags(zones, meta, spark, tmp_path, em
     it the copy goes on. The target's own lag (its appliers replay by design) is ignored."""
     import threading
 
-    from tests.support.background import wait_until
     from tests.support.rules import meta_url
 
     _fill(zones["a"], [(i, f"t{i}", 1, 1000 + i) for i in range(1, 1001)])
@@ -102,3 +103,62 @@ def test_the_copy_waits_while_another_zone_lags(zones, meta, spark, tmp_path, em
     job.join(120)
     assert not job.is_alive() and isinstance(said[-1], dict) and said[-1]["tenants"]["rows"] == 1000
     assert checksum(zones["b"]) == checksum(zones["a"])
+
+
+def test_a_chunk_chosen_as_a_deadlock_victim_is_landed_again(zones, spark, tmp_path, empty):
+    """An applier and a chunk deadlock in the target (the applier holds a key of the
+    chunk's range and then wants the chunk's row): InnoDB rolls the chunk back, and its
+    task lands it again from the rows it holds once the applier commits."""
+    import threading
+
+    _fill(zones["a"], [(i, f"t{i}", 1, 100 + i) for i in range(1, 201)])
+    other = zones["b"].connect("zonesync_app")
+    with other.cursor() as cur:
+        cur.execute("CREATE TABLE IF NOT EXISTS ballast (id INT PRIMARY KEY)")
+        cur.execute("TRUNCATE ballast")
+        # the other transaction: heavier (InnoDB rolls the lighter one back), holding key 50
+        cur.execute("SET SESSION skip_replication = 1")
+        other.begin()
+        cur.execute("INSERT INTO ballast SELECT seq FROM seq_1_to_5000")
+        cur.execute("INSERT INTO tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (50, 'other', 2, 1)")
+    result: dict = {}
+
+    def copy() -> None:
+        try:
+            result.update(
+                full_copy.run(spark, copy_args(zones, tmp_path, "r-dl", "a", "b", chunk_rows=100, parallel=1))
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertions below
+            result["error"] = exc
+
+    job = threading.Thread(target=copy)
+    job.start()
+    watcher = zones["b"].connect()
+    try:
+        wait_for_waiters(watcher, other.thread_id(), 60, "chunk 0 waits for key 50")
+        with other.cursor() as cur:  # closes the cycle: chunk 0's row, which its task holds
+            cur.execute("SELECT status FROM zonesync.copy_chunks WHERE run_id = 'r-dl' AND chunk_no = 0 FOR UPDATE")
+            assert cur.fetchone()[0] == "pending"  # granted: the chunk was the victim, and rolled back
+        other.commit()
+    finally:
+        job.join(120)
+        with other.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS ballast")
+        other.close()
+        watcher.close()
+    assert result["tenants"]["done"] == result["tenants"]["chunks"] == 3  # (-inf, 100], (100, 200], (200, +inf)
+    assert checksum(zones["b"]) == checksum(zones["a"])  # key 50 is the source's newer row
+
+
+def test_orphans_are_the_target_keys_the_source_lacks(spark):
+    """The prune step's candidates (full_copy.find_orphans, a pure transform): composite
+    keys compared whole."""
+    from pyspark.testing import assertDataFrameEqual
+
+    target = spark.createDataFrame([(1, 1), (1, 2), (2, 1), (3, 3)], ["a", "b"])
+    source = spark.createDataFrame([(1, 1), (2, 1), (2, 2), (3, 4)], ["a", "b"])
+    expected = spark.createDataFrame([(1, 2), (3, 3)], ["a", "b"])
+    assertDataFrameEqual(full_copy.find_orphans(target, source, ["a", "b"]), expected)
+    assertDataFrameEqual(
+        full_copy.find_orphans(source, source, ["a", "b"]), spark.createDataFrame([], "a long, b long")
+    )

@@ -136,13 +136,25 @@ class PartitionFaults:
         and set running again (`zonesync resume`), or one running here and halted (`zonesync
         halt`, ROLLBACK; `zonesync restart` is a halt, then a resume): start the pass over,
         which takes each partition from apply_state as it now stands (a halted one paused;
-        rounds in flight for it fail their claim, so nothing of them lands)."""
+        rounds in flight for it fail their claim, so nothing of them lands).
+
+        Also a running partition moved back while it stood idle: a full copy's start
+        (copy/positions.py install) halts it and sets it running at an earlier position in
+        two transactions, which can both fall between two looks. A round of it would fail
+        its claim (StalePosition) and restart the pass, but an idle partition has no round:
+        its events from the earlier position would never be read again. Commits only move a
+        partition forward, so a recorded LSN below the last one this pass saw commit (taken
+        before the read: a commit landing meanwhile only raises the recorded one) is a move."""
+        committed = {key: backlog.applied_lsn for key, backlog in self.book.backlog.items()}
         recorded, state = self.writer().state(), self.book.state
         changed = [
             key for key, st in state.items() if st.halted != (recorded.get(key, (0, -1, "running"))[2] == "halted")
         ]
         if changed:
             raise RuntimeError(f"partitions {changed} were halted or resumed: taking them from apply_state")
+        moved = sorted(key for key, lsn in committed.items() if key in recorded and recorded[key][0] < lsn)
+        if moved:
+            raise RuntimeError(f"partitions {moved} were moved back: taking them from apply_state")
 
     def halt_table_missing(self, exc: TableMissing) -> None:
         """Halt every partition whose events need the missing table (its batch rolled back,
