@@ -32,7 +32,7 @@ def main() -> int:
         return 2
     spark_jars = Path(pyspark.__file__).resolve().parent / "jars"
     with tempfile.TemporaryDirectory() as out:
-        subprocess.run([javac, "--release", "17", "-Xlint:all", "-Werror", "-nowarn", "-d", out,
+        subprocess.run([javac, "--release", "17", "-Xlint:all,-path", "-Werror", "-d", out,
                         "-cp", f"{spark_jars}/*", *map(str, sources)], check=True)  # fmt: skip
         tmp = jar.with_suffix(".tmp")
         subprocess.run([jar_tool, "cf", str(tmp), "-C", out, "."], check=True)

@@ -5,7 +5,10 @@ target zone and partition, the file still needed is the one of the newest
 checkpoint from which that partition's next unapplied event would be re-read
 (the same rule a resend uses). The oldest such file over all targets and
 partitions, and the replicator's own checkpoint, bound the purge. A zone whose
-applier never reported holds everything: it may still need it all.
+applier never reported holds everything: it may still need it all. A running online
+full copy holds its start positions too (meta `copies.start_json`): its target's
+appliers replay from there, and until they report the moved-back positions their last
+report still shows where they stood before the copy (docs/copy.md).
 
 By age (seed 002's `atrxdc -cl "2020/10/03 16:30:00"` / `-cl 1 day ago`): only files
 that are both older than a cutoff and safe by the rule above go; the old-enough
@@ -15,6 +18,7 @@ files a consumer still needs stay and are reported, each with who needs it.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -53,20 +57,25 @@ def needed_file(meta: MetaConfig, zone: str) -> tuple[str | None, str]:
             targets = [r[0] for r in cur.fetchall()]
             cur.execute("SELECT target_zone, partition_no, applied_lsn FROM apply_lag WHERE source_zone = %s", (zone,))
             applied: dict[tuple[str, int], int] = {(t, int(p)): int(lsn) for t, p, lsn in cur.fetchall()}
+            cur.execute("SELECT run_id, target_zone, start_json FROM copies WHERE status = 'running' "
+                        "AND start_json IS NOT NULL")  # fmt: skip
+            copies = cur.fetchall()
     finally:
         conn.close()
     partitions = {p for cp in history for p in cp.partition_lsns} | {p for _, p in applied}
+    needs = [(f"zone {t} partition {p}", p, applied.get((t, p), 0)) for t in targets for p in sorted(partitions) or [0]]
+    for run_id, target, start in copies:
+        for p, (lsn, _offset) in json.loads(start).get(zone, {}).items():
+            needs.append((f"the copy {run_id} into {target}, partition {p}", int(p), int(lsn)))
     oldest = history[-1]
     holder = "the replicator's own checkpoint"
-    for target in targets:
-        for p in sorted(partitions) or [0]:
-            have = applied.get((target, p), 0)
-            candidates = [cp for cp in history if cp.partition_lsns.get(p, 0) <= have]
-            if not candidates:
-                return None, f"zone {target} partition {p} needs LSN {have}, older than every checkpoint"
-            need = candidates[-1]
-            if (file_number(need.log_file), need.log_pos) < (file_number(oldest.log_file), oldest.log_pos):
-                oldest, holder = need, f"zone {target} partition {p} (applied LSN {have})"
+    for who, p, have in needs:
+        candidates = [cp for cp in history if cp.partition_lsns.get(p, 0) <= have]
+        if not candidates:
+            return None, f"{who} needs LSN {have}, older than every checkpoint"
+        need = candidates[-1]
+        if (file_number(need.log_file), need.log_pos) < (file_number(oldest.log_file), oldest.log_pos):
+            oldest, holder = need, f"{who} (applied LSN {have})"
     return oldest.log_file, f"oldest file still needed: {oldest.log_file}, held by {holder}"
 
 

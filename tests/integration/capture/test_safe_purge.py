@@ -118,6 +118,44 @@ def test_only_files_every_consumer_confirmed_past_are_purged(zones, meta):
         reset_state(zones, meta)
 
 
+def test_a_running_copy_holds_the_files_its_start_positions_need(zones, meta):
+    """A copy into c recorded a's partition 0 at LSN 150 as its start (c's appliers replay
+    from there), but c's last report still says LSN 400, from before the copy moved it:
+    the copy's start holds f2 until it ends."""
+    reset_state(zones, meta)
+    conn = zones["a"].connect()
+    conn.autocommit(True)
+    try:
+        positions = _rotate(conn, 4)
+        store = CheckpointStore(meta, "a")
+        try:
+            for lsn, (f, pos) in zip((100, 200, 300), positions[1:], strict=True):
+                store.save(Checkpoint("a", lsn, f, pos, {0: lsn}, lsn))
+        finally:
+            store.close()
+        f1, f2, f3, f4 = (f for f, _ in positions)
+        _applied(meta, "b", 300)
+        _applied(meta, "c", 300)
+        assert needed_file(meta, "a")[0] == f4
+        meta.run(
+            "INSERT INTO copies (run_id, source_zone, target_zone, mode, tables_json, reason, actor, start_json) "
+            "VALUES ('purge-test', 'b', 'c', 'rebuild', '[\"tenants\"]', 'test', 'test', %s)",
+            ('{"a": {"0": [150, 7]}, "b": {"0": [9, 9]}}',),
+        )
+        keep, why = needed_file(meta, "a")
+        assert keep == f2 and "the copy purge-test into c, partition 0 (applied LSN 150)" in why, why
+        assert safe_purge(meta, "a", source_conn=conn)[0] == f2
+        assert _files(conn)[0] == f2, "the copy's start file survives"
+        meta.run("UPDATE copies SET status = 'succeeded' WHERE run_id = 'purge-test'")
+        assert needed_file(meta, "a")[0] == f4, "an ended copy holds nothing"
+    finally:
+        meta.run("DELETE FROM copies WHERE run_id = 'purge-test'")
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM zonesync_app.tenants WHERE tenant_id >= 900000")
+        conn.close()
+        reset_state(zones, meta)
+
+
 def _purge(capsys, *args: str) -> tuple[int, str]:
     """`zonesync binlog safe-purge --zone a ARGS`: (exit code, stdout + stderr)."""
     try:

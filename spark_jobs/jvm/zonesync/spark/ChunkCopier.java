@@ -16,6 +16,8 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Properties;
 import java.util.Set;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
 
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.VoidFunction;
@@ -24,7 +26,7 @@ import org.apache.spark.api.java.function.VoidFunction;
  * The row copy of one wave of key-range chunks: partition p of an RDD of the numbers 0..n-1
  * (one per partition) copies chunk p, from the source zone straight into the target's table (docs/copy.md, "The row copy"). The task
  * reads the chunk with one keyed SELECT (one consistent read), holds its rows, and lands
- * them in one target transaction:
+ * them in one target transaction (the read overlapping the landing, see below):
  *
  * <ol>
  *   <li>lock the chunk's row in copy_chunks; a chunk already done is skipped (a re-run
@@ -126,9 +128,11 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
     if (p >= chunks.length || !partition.hasNext() || partition.next().longValue() != p) {
       throw new IllegalStateException("partition " + p + " of a wave of " + chunks.length + " chunks");
     }
-    Chunk chunk = read(p);
     try (Connection conn = target.open()) {
-      if (gateSql != null) {
+      Chunk held = null; // the chunk's rows, once read whole: what a retry lands
+      if (gateSql != null) { // (tests) read, wait at the gate, then land
+        held = new Chunk();
+        read(p, held, batch -> { });
         try (Statement st = conn.createStatement()) {
           st.executeQuery(gateSql).close();
         }
@@ -136,16 +140,39 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
       conn.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
       conn.setAutoCommit(false);
       for (int attempt = 1; ; attempt++) {
+        Reader reader = null;
         try {
-          land(conn, p, chunk);
+          if (!claim(conn, p)) {
+            conn.commit(); // done by an earlier attempt: nothing is read
+            return;
+          }
+          Set<List<Long>> present = present(conn, p);
+          long landed;
+          if (held == null) { // first attempt: the source is read while the batches land
+            reader = new Reader(p);
+            reader.start();
+            landed = landStream(conn, reader, present);
+            held = reader.chunk;
+          } else {
+            landed = landRows(conn, held, present);
+          }
+          finish(conn, p, held.rows.size(), landed);
+          conn.commit();
           return;
         } catch (SQLException e) {
           conn.rollback();
+          if (reader != null && reader.halt()) {
+            held = null; // read only in part: the next attempt reads it again
+          }
           int code = e.getErrorCode();
           if ((code != 1213 && code != 1205) || attempt == ATTEMPTS) {
             throw e;
           }
           Thread.sleep((long) (10 + Math.random() * 40) * attempt);
+        } finally {
+          if (reader != null) {
+            reader.halt();
+          }
         }
       }
     }
@@ -188,21 +215,29 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
     }
   }
 
-  private Chunk read(int p) throws SQLException {
-    Chunk chunk = new Chunk();
+  /** What read() hands on, a batch of rows at a time. */
+  private interface Batches {
+    void put(List<Object[]> batch) throws InterruptedException;
+  }
+
+  /** Read chunk p from the source (one keyed SELECT, streamed) into {@code chunk}, handing
+   * every {@code batchSize} rows on as they come. */
+  private void read(int p, Chunk chunk, Batches out) throws SQLException, InterruptedException {
     try (Connection conn = source.open(); Statement st = conn.createStatement()) {
-      st.setFetchSize(10_000);
+      st.setFetchSize(batchSize);
       try (ResultSet rs = st.executeQuery(selectSql[p])) {
         ResultSetMetaData md = rs.getMetaData();
         int width = md.getColumnCount();
-        chunk.kinds = new int[width];
+        int[] kinds = new int[width];
         for (int i = 0; i < width; i++) {
-          chunk.kinds[i] = kindOf(md.getColumnType(i + 1));
+          kinds[i] = kindOf(md.getColumnType(i + 1));
         }
+        chunk.kinds = kinds;
+        List<Object[]> batch = new ArrayList<>(batchSize);
         while (rs.next()) {
           Object[] row = new Object[width];
           for (int i = 0; i < width; i++) {
-            switch (chunk.kinds[i]) {
+            switch (kinds[i]) {
               case TEXT:
                 row[i] = rs.getString(i + 1);
                 break;
@@ -214,24 +249,94 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
             }
           }
           chunk.rows.add(row);
+          batch.add(row);
+          if (batch.size() == batchSize) {
+            out.put(batch);
+            batch = new ArrayList<>(batchSize);
+          }
+        }
+        if (!batch.isEmpty()) {
+          out.put(batch);
         }
       }
     }
-    return chunk;
   }
 
-  private void land(Connection conn, int p, Chunk chunk) throws SQLException {
+  /** The source read on a thread of its own, its batches queued for the landing (a few
+   * ahead at most): the source's sending and this JVM's reading overlap the target's
+   * inserting. */
+  private final class Reader extends Thread {
+    final Chunk chunk = new Chunk();
+    final BlockingQueue<List<Object[]>> batches = new ArrayBlockingQueue<>(4);
+    private final int p;
+    private volatile Throwable failed;
+    private volatile boolean complete;
+
+    Reader(int p) {
+      super("zonesync-copy-read-" + p);
+      setDaemon(true);
+      this.p = p;
+    }
+
+    @Override
+    public void run() {
+      try {
+        read(p, chunk, batches::put);
+        complete = true;
+      } catch (Throwable t) { // handed to the landing, which rethrows it
+        failed = t;
+      } finally {
+        try {
+          batches.put(END);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+        }
+      }
+    }
+
+    /** The next batch, or null once the chunk is read whole; the read's failure, if any. */
+    List<Object[]> next() throws SQLException, InterruptedException {
+      List<Object[]> batch = batches.take();
+      if (batch != END) {
+        return batch;
+      }
+      batches.put(END); // for a second look
+      if (failed instanceof SQLException) {
+        throw (SQLException) failed;
+      }
+      if (failed != null) {
+        throw new SQLException("reading the chunk from the source failed: " + failed, failed);
+      }
+      return null;
+    }
+
+    /** Stop reading (interrupted, joined); true if the chunk was not read whole. */
+    boolean halt() throws InterruptedException {
+      if (isAlive()) {
+        interrupt();
+        batches.clear();
+        join();
+      }
+      return !complete;
+    }
+  }
+
+  private static final List<Object[]> END = new ArrayList<>();
+
+  /** Lock the chunk's row; false if it is done (an earlier attempt committed it). */
+  private boolean claim(Connection conn, int p) throws SQLException {
     try (PreparedStatement lock = conn.prepareStatement(lockSql)) {
       lock.setString(1, runId);
       lock.setString(2, table);
       lock.setLong(3, chunks[p]);
       try (ResultSet rs = lock.executeQuery()) {
-        if (rs.next() && "done".equals(rs.getString(1))) {
-          conn.commit();
-          return;
-        }
+        return !(rs.next() && "done".equals(rs.getString(1)));
       }
     }
+  }
+
+  /** Lock the chunk's key range in the target; the keys it holds there. */
+  private Set<List<Long>> present(Connection conn, int p) throws SQLException {
     Set<List<Long>> present = new HashSet<>();
     try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(rangeSql[p])) {
       while (rs.next()) {
@@ -242,12 +347,46 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
         present.add(Arrays.asList(key));
       }
     }
+    return present;
+  }
+
+  /** Land the rows as the reader hands them on: the keys the target lacks a batch at a
+   * time, the others together at the end; the rows changed. */
+  private long landStream(Connection conn, Reader reader, Set<List<Long>> present)
+      throws SQLException, InterruptedException {
+    long landed = 0;
+    List<Object[]> known = new ArrayList<>();
+    try (PreparedStatement ps = conn.prepareStatement(insertSql)) {
+      for (List<Object[]> batch = reader.next(); batch != null; batch = reader.next()) {
+        int pending = 0;
+        for (Object[] row : batch) {
+          if (!present.isEmpty() && present.contains(keyOf(row))) {
+            known.add(row);
+          } else {
+            bind(ps, row, reader.chunk.kinds);
+            pending++;
+          }
+        }
+        if (pending > 0) {
+          landed += counted(ps.executeBatch());
+        }
+      }
+    }
+    return landed + write(conn, upsertSql, known, reader.chunk.kinds);
+  }
+
+  /** Land rows read earlier (a retry, or the tests' gate); the rows changed. */
+  private long landRows(Connection conn, Chunk chunk, Set<List<Long>> present) throws SQLException {
     List<Object[]> fresh = new ArrayList<>(chunk.rows.size());
     List<Object[]> known = new ArrayList<>();
     for (Object[] row : chunk.rows) {
       (present.isEmpty() || !present.contains(keyOf(row)) ? fresh : known).add(row);
     }
-    long landed = write(conn, insertSql, fresh, chunk.kinds) + write(conn, upsertSql, known, chunk.kinds);
+    return write(conn, insertSql, fresh, chunk.kinds) + write(conn, upsertSql, known, chunk.kinds);
+  }
+
+  /** Enforce the tombstones (if the table has any) and mark the chunk done. */
+  private void finish(Connection conn, int p, long read, long landed) throws SQLException {
     boolean marked;
     try (PreparedStatement probe = conn.prepareStatement(probeSql)) {
       probe.setString(1, table);
@@ -261,14 +400,13 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
       }
     }
     try (PreparedStatement done = conn.prepareStatement(doneSql)) {
-      done.setLong(1, chunk.rows.size());
+      done.setLong(1, read);
       done.setLong(2, Math.max(landed, 0));
       done.setString(3, runId);
       done.setString(4, table);
       done.setLong(5, chunks[p]);
       done.executeUpdate();
     }
-    conn.commit();
   }
 
   private List<Long> keyOf(Object[] row) {
@@ -288,19 +426,7 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
     try (PreparedStatement ps = conn.prepareStatement(sql)) {
       int pending = 0;
       for (Object[] row : rows) {
-        for (int i = 0; i < row.length; i++) {
-          Object v = row[i];
-          if (v == null) {
-            ps.setNull(i + 1, Types.NULL);
-          } else if (kinds[i] == TEXT) {
-            ps.setString(i + 1, (String) v);
-          } else if (kinds[i] == BYTES) {
-            ps.setBytes(i + 1, (byte[]) v);
-          } else {
-            ps.setObject(i + 1, v);
-          }
-        }
-        ps.addBatch();
+        bind(ps, row, kinds);
         if (++pending == batchSize) {
           changed += counted(ps.executeBatch());
           pending = 0;
@@ -311,6 +437,23 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
       }
     }
     return changed;
+  }
+
+  /** One row's values as the statement's parameters, added to its batch. */
+  private static void bind(PreparedStatement ps, Object[] row, int[] kinds) throws SQLException {
+    for (int i = 0; i < row.length; i++) {
+      Object v = row[i];
+      if (v == null) {
+        ps.setNull(i + 1, Types.NULL);
+      } else if (kinds[i] == TEXT) {
+        ps.setString(i + 1, (String) v);
+      } else if (kinds[i] == BYTES) {
+        ps.setBytes(i + 1, (byte[]) v);
+      } else {
+        ps.setObject(i + 1, v);
+      }
+    }
+    ps.addBatch();
   }
 
   /** Rows an executeBatch changed: its counts when the driver has them (1 inserted, 2
