@@ -155,38 +155,42 @@ class TableCopy:
         from zonesync.copy import chunks as chunk_plan
         from zonesync.copy.merge import stage_name
 
-        args, table, began = self.args, self.table, time.monotonic()
+        args, table = self.args, self.table
         src, dst = db_connect(self.src_url, self.src_props), db_connect(self.dst_url, self.dst_props)
+        planner = None
         try:
             self.key = chunk_plan.check_copyable(src, self.src_db, table, args.source)
             chunk_plan.check_copyable(dst, self.dst_db, table, args.target)
             self.columns = [c for c, _ in _columns(dst, self.dst_db, table)]
-            self.plan = chunk_plan.ensure_plan(dst, src, args.run_id, table, self.key, args.chunk_rows)
             self.stage = stage_name(args.run_id, table)
-            pending = [c for c in self.plan if c["status"] != "done"]
-            self.log(f"{table}: {len(self.plan)} chunks planned, {len(pending)} to copy "
-                     f"({time.monotonic() - began:.1f} s of checks and planning)")  # fmt: skip
-            self.done, self.started = len(self.plan) - len(pending), time.monotonic()
+            stored = chunk_plan.read(dst, args.run_id, table)
+            planner = _Planner(self, stored)
+            self.done, self.started = sum(c["status"] == "done" for c in stored), time.monotonic()
             before = _rows_landed(dst, args.run_id, table)
-            self._waves(pending[: args.stop_after] if args.stop_after else pending)
+            self._waves(planner)
             self.rows = _rows_landed(dst, args.run_id, table) - before  # this attempt's
             seconds = round(time.monotonic() - self.started, 3)
-            complete = self.done == len(self.plan)
+            plan = planner.chunks
+            complete = self.done == len(plan) and chunk_plan.complete(plan)
             orphans = None
             if complete and not _target_was_empty(dst, args.run_id, table):
                 orphans = stage_orphans(self.spark, self.zones, args, table, self.key, self.stage)
-            return {"chunks": len(self.plan), "done": self.done, "rows": self.rows, "seconds": seconds,
+            return {"chunks": len(plan), "done": self.done, "rows": self.rows, "seconds": seconds,
                     "orphans": orphans}  # fmt: skip
         finally:
+            if planner is not None:
+                planner.close()
             src.close()
             dst.close()
 
-    def _waves(self, pending: list[dict]) -> None:
+    def _waves(self, planner: _Planner) -> None:
         from zonesync.copy.throttle import wait_for_lag
 
-        meta = _meta(self.args)
-        for start in range(0, len(pending), self.args.parallel):
-            wave = pending[start : start + self.args.parallel]
+        meta, left = _meta(self.args), self.args.stop_after or None
+        while left is None or left > 0:
+            wave = planner.next_wave(min(self.args.parallel, left or self.args.parallel))
+            if not wave:
+                return
             if meta is not None:
                 wait_for_lag(meta, self.args.target, self.args.max_lag_s, self.log)
             t0 = time.monotonic()
@@ -200,9 +204,80 @@ class TableCopy:
                     gate.run(functools.partial(copy_wave, *args, gate=gate.sql),
                              functools.partial(self.staged, self.table, wave))  # fmt: skip
             self.done += len(wave)
+            left = None if left is None else left - len(wave)
             took = time.monotonic() - self.started
-            self.log(f"{self.table}: {self.done}/{len(self.plan)} chunks in {took:.1f} s "
+            self.log(f"{self.table}: {self.done}/{planner.total()} chunks in {took:.1f} s "
                      f"(a wave of {len(wave)} in {time.monotonic() - t0:.2f} s)")  # fmt: skip
+
+
+class _Planner:
+    """The table's chunks: those the target keeps from an earlier attempt, and, until the
+    plan reaches +inf, the rest planned on a thread of its own (zonesync.copy.chunks
+    extend_plan, each chunk written to the target as found) while the first waves copy:
+    planning a 10M-row table walks 10M keys, about 2 s here."""
+
+    def __init__(self, copy: TableCopy, stored: list[dict]):
+        import threading
+
+        from zonesync.copy import chunks as chunk_plan
+
+        self.chunks, self.next = list(stored), 0
+        self.cond = threading.Condition()
+        self.failed: BaseException | None = None
+        self.finished = chunk_plan.complete(stored)
+        self.thread = None
+        if not self.finished:
+            self.thread = threading.Thread(target=self._plan, args=(copy, stored), name="copy-planner", daemon=True)
+            self.thread.start()
+
+    def _plan(self, copy: TableCopy, stored: list[dict]) -> None:
+        from zonesync.copy import chunks as chunk_plan
+
+        src, dst = db_connect(copy.src_url, copy.src_props), db_connect(copy.dst_url, copy.dst_props)
+        began = time.monotonic()
+        try:
+            chunk_plan.extend_plan(dst, src, copy.args.run_id, copy.table, copy.key, copy.args.chunk_rows, stored,
+                                   found=self._found)  # fmt: skip
+            copy.log(f"{copy.table}: {len(self.chunks)} chunks planned in {time.monotonic() - began:.1f} s")
+        except BaseException as exc:  # noqa: BLE001 - raised in the driver by next_wave
+            self.failed = exc
+        finally:
+            src.close()
+            dst.close()
+            with self.cond:
+                self.finished = True
+                self.cond.notify_all()
+
+    def _found(self, chunk: dict) -> None:
+        with self.cond:
+            self.chunks.append(chunk)
+            self.cond.notify_all()
+
+    def next_wave(self, size: int) -> list[dict]:
+        """Up to `size` chunks not done yet, in order, waiting for the planner to find them;
+        fewer only at the plan's end."""
+        wave: list[dict] = []
+        with self.cond:
+            while len(wave) < size:
+                while self.next >= len(self.chunks) and not self.finished:
+                    self.cond.wait(1.0)
+                if self.failed is not None:
+                    raise self.failed
+                if self.next >= len(self.chunks):
+                    break
+                chunk = self.chunks[self.next]
+                self.next += 1
+                if chunk["status"] != "done":
+                    wave.append(chunk)
+        return wave
+
+    def total(self) -> str:
+        with self.cond:
+            return str(len(self.chunks)) + ("" if self.finished else "+")
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
 
 
 class _Gate:

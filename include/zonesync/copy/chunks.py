@@ -8,8 +8,10 @@ b2], …, (bn, +inf): a row inserted anywhere later still falls in exactly one, 
 chunk's rows are read `WHERE key > lo AND key <= hi` (seed S000-77: keyed, never an
 OFFSET over the rows, so deletes behind the copy shift nothing).
 
-The plan is written to the target's zonesync.copy_chunks once (a re-run reads it
-back); a chunk becomes 'done' in the same transaction as the rows it merged.
+The plan is written to the target's zonesync.copy_chunks chunk by chunk as it is found,
+while the first chunks are already copied (a re-run reads it back, and goes on planning
+after its last chunk if it ends before +inf); a chunk becomes 'done' in the same
+transaction as the rows it landed.
 """
 
 from __future__ import annotations
@@ -84,44 +86,62 @@ def predicate(cols: list[str], lo: list[int] | None, hi: list[int] | None, alias
     return " AND ".join(parts) or "1 = 1"
 
 
-def plan(conn, table: str, cols: list[str], chunk_rows: int) -> list[tuple[list[int] | None, list[int] | None]]:
-    """Chunk bounds (lo, hi) over the source's current keys (see above)."""
-    bounds: list[list[int]] = []
+def bounds_after(conn, table: str, cols: list[str], chunk_rows: int, after: list[int] | None):
+    """Each next chunk boundary after the key `after` (None: from the first key), one
+    index step of `chunk_rows` keys each, as they are found (a generator)."""
     key_list = ", ".join(q(c) for c in cols)
-    with conn.cursor() as cur:
-        while True:
-            where = f"WHERE {row_key(cols)} > {literal(bounds[-1])} " if bounds else ""
+    last = after
+    while True:
+        where = f"WHERE {row_key(cols)} > {literal(last)} " if last is not None else ""
+        with conn.cursor() as cur:
             cur.execute(
                 f"SELECT {key_list} FROM {q(table)} FORCE INDEX (PRIMARY) {where}ORDER BY {key_list} "
                 f"LIMIT 1 OFFSET {int(chunk_rows) - 1}"
             )
             row = cur.fetchone()
-            if row is None:
-                break
-            bounds.append([int(v) for v in row])
-    conn.commit()
-    edges: list[list[int] | None] = [None, *bounds, None]
+        conn.commit()
+        if row is None:
+            return
+        last = [int(v) for v in row]
+        yield last
+
+
+def plan(conn, table: str, cols: list[str], chunk_rows: int) -> list[tuple[list[int] | None, list[int] | None]]:
+    """Chunk bounds (lo, hi) over the source's current keys (see above), all at once."""
+    edges: list[list[int] | None] = [None, *bounds_after(conn, table, cols, chunk_rows, None), None]
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
-def ensure_plan(target_conn, source_conn, run_id: str, table: str, cols: list[str], chunk_rows: int) -> list[dict]:
-    """The table's chunks for this run as the target keeps them: planned now if it has
-    none yet (one transaction), else read back."""
-    chunks = read(target_conn, run_id, table)
-    if chunks:
-        return chunks
-    planned = plan(source_conn, table, cols, chunk_rows)
-    with target_conn.cursor() as cur:
-        cur.executemany(
-            "INSERT IGNORE INTO zonesync.copy_chunks (run_id, table_name, chunk_no, lo, hi) "
-            "VALUES (%s, %s, %s, %s, %s)",
-            [
-                (run_id, table, n, None if lo is None else json.dumps(lo), None if hi is None else json.dumps(hi))
-                for n, (lo, hi) in enumerate(planned)
-            ],
-        )
-    target_conn.commit()
-    return read(target_conn, run_id, table)
+def complete(stored: list[dict]) -> bool:
+    """Whether a stored plan is whole: its last chunk reaches +inf."""
+    return bool(stored) and stored[-1]["hi"] is None
+
+
+def extend_plan(target_conn, source_conn, run_id: str, table: str, cols: list[str], chunk_rows: int,
+                stored: list[dict], found=None) -> None:  # fmt: skip
+    """Plan the chunks after those `stored` (none: from the start), each written to the
+    target as soon as it is found, and handed to `found(chunk)`: the row copy starts on
+    the first chunks while the rest are planned, and a planner killed mid-way goes on
+    from the last chunk written. The last chunk, up to +inf, completes the plan."""
+    n, lo = len(stored), (stored[-1]["hi"] if stored else None)
+
+    def write(hi) -> None:
+        nonlocal n, lo
+        with target_conn.cursor() as cur:
+            cur.execute(
+                "INSERT IGNORE INTO zonesync.copy_chunks (run_id, table_name, chunk_no, lo, hi) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                (run_id, table, n, None if lo is None else json.dumps(lo), None if hi is None else json.dumps(hi)),
+            )
+        target_conn.commit()
+        if found is not None:
+            found({"table": table, "chunk": n, "lo": lo, "hi": hi, "status": "pending", "rows_read": 0,
+                   "rows_landed": 0, "done_at": None})  # fmt: skip
+        n, lo = n + 1, hi
+
+    for bound in bounds_after(source_conn, table, cols, chunk_rows, lo):
+        write(bound)
+    write(None)
 
 
 def read(conn, run_id: str, table: str | None = None) -> list[dict]:

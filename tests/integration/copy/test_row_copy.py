@@ -162,3 +162,29 @@ def test_orphans_are_the_target_keys_the_source_lacks(spark):
     assertDataFrameEqual(
         full_copy.find_orphans(source, source, ["a", "b"]), spark.createDataFrame([], "a long, b long")
     )
+
+
+def test_a_plan_cut_short_goes_on_from_its_last_chunk(zones, spark, tmp_path, empty):
+    """The planner writes each chunk as it finds it: killed after two, the next attempt
+    reads them back, plans on from the second's upper bound, and copies everything."""
+    _fill(zones["a"], [(i, f"t{i}", 1, 1000 + i) for i in range(1, 1201)])
+    dst, src = zones["b"].connect(), zones["a"].connect("zonesync_app")
+    src.autocommit(False)
+    dst.autocommit(False)
+
+    def killed(chunk):
+        if chunk["chunk"] == 1:
+            raise KeyboardInterrupt("the planner is killed")
+
+    with pytest.raises(KeyboardInterrupt):
+        chunks.extend_plan(dst, src, "r-plan", "tenants", ["tenant_id"], 300, [], found=killed)
+    stored = chunks.read(dst, "r-plan", "tenants")
+    assert [(c["lo"], c["hi"]) for c in stored] == [(None, [300]), ([300], [600])] and not chunks.complete(stored)
+    result = full_copy.run(spark, copy_args(zones, tmp_path, "r-plan", "a", "b", chunk_rows=300))
+    plan = chunks.read(dst, "r-plan", "tenants")
+    assert [(c["lo"], c["hi"]) for c in plan] == [(None, [300]), ([300], [600]), ([600], [900]), ([900], [1200]),
+                                                  ([1200], None)]  # fmt: skip
+    assert result["tenants"]["done"] == 5 and result["tenants"]["rows"] == 1200
+    assert checksum(zones["b"]) == checksum(zones["a"])
+    dst.close()
+    src.close()
