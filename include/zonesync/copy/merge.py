@@ -85,8 +85,7 @@ def insert_statement(app_db: str, table: str, columns: list[str]) -> str:
     parameters in landing_columns order (pure)."""
     cols = landing_columns(columns)
     return (
-        f"INSERT INTO {q(app_db)}.{q(table)} ({', '.join(q(c) for c in cols)}) "
-        f"VALUES ({', '.join('?' for _ in cols)})"
+        f"INSERT INTO {q(app_db)}.{q(table)} ({', '.join(q(c) for c in cols)}) VALUES ({', '.join('?' for _ in cols)})"
     )
 
 
@@ -109,9 +108,7 @@ def cleanup_statement(app_db: str, table: str, key_cols: list[str], lo, hi) -> s
     )
 
 
-LOCK_CHUNK = (
-    "SELECT status FROM zonesync.copy_chunks WHERE run_id = ? AND table_name = ? AND chunk_no = ? FOR UPDATE"
-)
+LOCK_CHUNK = "SELECT status FROM zonesync.copy_chunks WHERE run_id = ? AND table_name = ? AND chunk_no = ? FOR UPDATE"
 ANY_TOMBSTONE = "SELECT 1 FROM zonesync.tombstones WHERE table_name = ? LIMIT 1"
 MARK_DONE = (
     "UPDATE zonesync.copy_chunks SET status = 'done', rows_read = ?, rows_landed = ?, done_at = NOW(6) "

@@ -5,7 +5,8 @@ broker, replicators and appliers, while zones write through their guards.
   rebuilds it while a, b and c keep writing; it joins, and then every zone holds the same
   rows, with no lock, halt or stop on the way; b's replicator never published a copied row.
 - S000-71 .. S000-77: each overlap of the row copy and the stream, forced in a fixed order
-  by the job's `staged` hook (a wave read and staged, not yet merged), never by sleeps.
+  by the job's `staged` hook (a wave read, not yet landed: its tasks wait at a gate),
+  never by sleeps.
 """
 
 from __future__ import annotations
@@ -204,8 +205,8 @@ def _tombstone(inst, key: int):
 
 def test_each_overlap_of_row_copy_and_stream_ends_in_the_newest_row(cluster, guard_env, zones, meta, spark,
                                                                    tmp_path, clean_copies):  # fmt: skip
-    """Chunks of 100 keys, one at a time. While chunk 0 (keys up to 101) is staged (read, not
-    merged), the stream delivers: an update of key 10 (S000-73: it lands first, as the
+    """Chunks of 100 keys, one at a time. While chunk 0 (keys up to 101) is read and not
+    landed yet, the stream delivers: an update of key 10 (S000-73: it lands first, as the
     full new row, and the older copied row is then ignored), a delete of key 20 (S000-76:
     its tombstone keeps the late copied row away), and an insert of key 1174 in the last
     chunk, not read yet (S000-71: both paths bring it, one row). Key 50 was deleted before the copy
@@ -239,7 +240,7 @@ def test_each_overlap_of_row_copy_and_stream_ends_in_the_newest_row(cluster, gua
             wait_until(lambda: _tombstone(zones["b"], 20) is not None, 30, "b has 20's tombstone")
             wait_until(lambda: _row(zones["b"], 150 + 1024) is not None, 30, "b has the insert")
         if wave[0]["chunk"] == 1:
-            with guard.transaction() as tx:  # behind the copy: chunk 0 is merged
+            with guard.transaction() as tx:  # behind the copy: chunk 0 is landed
                 for k in (5, 6, 7):
                     tx.delete("tenants", {"tenant_id": k})
 
