@@ -28,6 +28,7 @@ if __package__ in (None, ""):  # run by spark-submit as a file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
 from spark_jobs.common import IDENT, add_zone_args, build_session, db_connect, zone_props  # noqa: E402
+from spark_jobs.copy_waves import Gate, Planner  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -164,7 +165,8 @@ class TableCopy:
             self.columns = [c for c, _ in _columns(dst, self.dst_db, table)]
             self.stage = stage_name(args.run_id, table)
             stored = chunk_plan.read(dst, args.run_id, table)
-            planner = _Planner(self, stored)
+            planner = Planner(self.src_url, self.src_props, self.dst_url, self.dst_props, args.run_id, table,
+                              self.key, args.chunk_rows, stored, self.log)  # fmt: skip
             self.done, self.started = sum(c["status"] == "done" for c in stored), time.monotonic()
             before = _rows_landed(dst, args.run_id, table)
             self._waves(planner)
@@ -183,7 +185,7 @@ class TableCopy:
             src.close()
             dst.close()
 
-    def _waves(self, planner: _Planner) -> None:
+    def _waves(self, planner: Planner) -> None:
         from zonesync.copy.throttle import wait_for_lag
 
         meta, left = _meta(self.args), self.args.stop_after or None
@@ -200,7 +202,7 @@ class TableCopy:
             if self.staged is None:
                 copy_wave(*args)
             else:  # (tests) the wave read, every earlier one landed, this one not yet
-                with _Gate(self.dst_url, self.dst_props, self.args.run_id) as gate:
+                with Gate(self.dst_url, self.dst_props, self.args.run_id) as gate:
                     gate.run(functools.partial(copy_wave, *args, gate=gate.sql),
                              functools.partial(self.staged, self.table, wave))  # fmt: skip
             self.done += len(wave)
@@ -208,131 +210,6 @@ class TableCopy:
             took = time.monotonic() - self.started
             self.log(f"{self.table}: {self.done}/{planner.total()} chunks in {took:.1f} s "
                      f"(a wave of {len(wave)} in {time.monotonic() - t0:.2f} s)")  # fmt: skip
-
-
-class _Planner:
-    """The table's chunks: those the target keeps from an earlier attempt, and, until the
-    plan reaches +inf, the rest planned on a thread of its own (zonesync.copy.chunks
-    extend_plan, each chunk written to the target as found) while the first waves copy:
-    planning a 10M-row table walks 10M keys, about 2 s here."""
-
-    def __init__(self, copy: TableCopy, stored: list[dict]):
-        import threading
-
-        from zonesync.copy import chunks as chunk_plan
-
-        self.chunks, self.next = list(stored), 0
-        self.cond = threading.Condition()
-        self.failed: BaseException | None = None
-        self.finished = chunk_plan.complete(stored)
-        self.thread = None
-        if not self.finished:
-            self.thread = threading.Thread(target=self._plan, args=(copy, stored), name="copy-planner", daemon=True)
-            self.thread.start()
-
-    def _plan(self, copy: TableCopy, stored: list[dict]) -> None:
-        from zonesync.copy import chunks as chunk_plan
-
-        src, dst = db_connect(copy.src_url, copy.src_props), db_connect(copy.dst_url, copy.dst_props)
-        began = time.monotonic()
-        try:
-            chunk_plan.extend_plan(dst, src, copy.args.run_id, copy.table, copy.key, copy.args.chunk_rows, stored,
-                                   found=self._found)  # fmt: skip
-            copy.log(f"{copy.table}: {len(self.chunks)} chunks planned in {time.monotonic() - began:.1f} s")
-        except BaseException as exc:  # noqa: BLE001 - raised in the driver by next_wave
-            self.failed = exc
-        finally:
-            src.close()
-            dst.close()
-            with self.cond:
-                self.finished = True
-                self.cond.notify_all()
-
-    def _found(self, chunk: dict) -> None:
-        with self.cond:
-            self.chunks.append(chunk)
-            self.cond.notify_all()
-
-    def next_wave(self, size: int) -> list[dict]:
-        """Up to `size` chunks not done yet, in order, waiting for the planner to find them;
-        fewer only at the plan's end."""
-        wave: list[dict] = []
-        with self.cond:
-            while len(wave) < size:
-                while self.next >= len(self.chunks) and not self.finished:
-                    self.cond.wait(1.0)
-                if self.failed is not None:
-                    raise self.failed
-                if self.next >= len(self.chunks):
-                    break
-                chunk = self.chunks[self.next]
-                self.next += 1
-                if chunk["status"] != "done":
-                    wave.append(chunk)
-        return wave
-
-    def total(self) -> str:
-        with self.cond:
-            return str(len(self.chunks)) + ("" if self.finished else "+")
-
-    def close(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
-
-
-class _Gate:
-    """(tests) A named lock in the target that each chunk's task takes after reading its
-    rows and before landing them: held by the driver while the test's hook runs."""
-
-    def __init__(self, url: str, props: dict, run_id: str):
-        import hashlib
-
-        self.name = "zonesync-copy-gate-" + hashlib.sha1(run_id.encode()).hexdigest()[:12]
-        self.sql = f"SELECT GET_LOCK('{self.name}', 600), RELEASE_LOCK('{self.name}')"
-        self.conn = db_connect(url, props)
-
-    def __enter__(self):
-        with self.conn.cursor() as cur:
-            cur.execute("SELECT GET_LOCK(%s, 10)", (self.name,))
-            assert cur.fetchone()[0] == 1, "the copy's test gate is held elsewhere"
-        return self
-
-    def run(self, copy, hook) -> None:
-        """copy() in a thread; once a task waits at the gate, hook(); then open the gate."""
-        import threading
-
-        failed: list[BaseException] = []
-
-        def body() -> None:
-            try:
-                copy()
-            except BaseException as exc:  # noqa: BLE001 - raised in the driver below
-                failed.append(exc)
-
-        worker = threading.Thread(target=body, name="copy-wave")
-        worker.start()
-        try:
-            while worker.is_alive() and not self._waited():
-                time.sleep(0.05)
-            if worker.is_alive():
-                hook()
-        finally:
-            with self.conn.cursor() as cur:
-                cur.execute("SELECT RELEASE_LOCK(%s)", (self.name,))
-            worker.join()
-        if failed:
-            raise failed[0]
-
-    def _waited(self) -> bool:
-        with self.conn.cursor() as cur:
-            cur.execute(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s",
-                (f"SELECT GET_LOCK('{self.name}'%",),
-            )
-            return cur.fetchone()[0] > 0
-
-    def __exit__(self, *exc) -> None:
-        self.conn.close()
 
 
 def _target_was_empty(conn, run_id: str, table: str) -> bool:

@@ -5,10 +5,8 @@ import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
-import java.sql.ResultSetMetaData;
 import java.sql.SQLException;
 import java.sql.Statement;
-import java.sql.Types;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
@@ -16,17 +14,16 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Properties;
 import java.util.Set;
-import java.util.concurrent.ArrayBlockingQueue;
-import java.util.concurrent.BlockingQueue;
 
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.VoidFunction;
 
 /**
- * The row copy of one wave of key-range chunks: partition p of an RDD of the numbers 0..n-1
- * (one per partition) copies chunk p, from the source zone straight into the target's table (docs/copy.md, "The row copy"). The task
- * reads the chunk with one keyed SELECT (one consistent read), holds its rows, and lands
- * them in one target transaction (the read overlapping the landing, see below):
+ * The row copy of one wave of key-range chunks: partition p of an RDD of the numbers
+ * 0..n-1 (one per partition) copies chunk p from the source zone straight into the
+ * target's table (docs/copy.md, "The row copy"). The task reads the chunk with one keyed
+ * SELECT (one consistent read) on a thread of its own (ChunkRows.Reader), and lands its
+ * batches as they come, in one target transaction:
  *
  * <ol>
  *   <li>lock the chunk's row in copy_chunks; a chunk already done is skipped (a re-run
@@ -45,17 +42,17 @@ import org.apache.spark.api.java.function.VoidFunction;
  *   <li>mark the chunk done with its counts; commit.
  * </ol>
  *
- * <p>Values travel as the driver reads them, never through Spark's rows or a Python
- * worker: numbers as their Java objects (exact, floats included), dates and times as the
- * server's text (no time zone on the way), binary columns as bytes, text as strings.
- * The statements come from the Python job (zonesync.copy.merge), which owns the SQL.
+ * <p>Values travel as the driver reads them (ChunkRows), never through Spark's rows or a
+ * Python worker. The statements come from the Python job (zonesync.copy.merge), which
+ * owns the SQL.
  *
  * <p>The target transaction runs in REPEATABLE READ: the tombstone probe of step 4 is a
  * consistent read taken after the inserts' row locks, so an applier's delete either
  * committed its tombstone before (seen) or waits for this transaction's lock on the row
  * and deletes it after (in copy mode the applier writes the tombstone before its
  * version-guarded delete). A deadlock or lock wait timeout with the appliers rolls the
- * chunk back whole; it is landed again from the rows the task holds.
+ * chunk back whole; it is landed again from the rows the task holds (read again if the
+ * failure came before the read was whole).
  *
  * <p>{@code gateSql} (tests only, else null) runs on the target after the read and before
  * the landing: a test holds a named lock there to act between the two.
@@ -129,10 +126,10 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
       throw new IllegalStateException("partition " + p + " of a wave of " + chunks.length + " chunks");
     }
     try (Connection conn = target.open()) {
-      Chunk held = null; // the chunk's rows, once read whole: what a retry lands
+      ChunkRows held = null; // the chunk's rows, once read whole: what a retry lands
       if (gateSql != null) { // (tests) read, wait at the gate, then land
-        held = new Chunk();
-        read(p, held, batch -> { });
+        held = new ChunkRows();
+        ChunkRows.read(source, selectSql[p], batchSize, held, batch -> { });
         try (Statement st = conn.createStatement()) {
           st.executeQuery(gateSql).close();
         }
@@ -140,7 +137,7 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
       conn.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
       conn.setAutoCommit(false);
       for (int attempt = 1; ; attempt++) {
-        Reader reader = null;
+        ChunkRows.Reader reader = null;
         try {
           if (!claim(conn, p)) {
             conn.commit(); // done by an earlier attempt: nothing is read
@@ -149,7 +146,7 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
           Set<List<Long>> present = present(conn, p);
           long landed;
           if (held == null) { // first attempt: the source is read while the batches land
-            reader = new Reader(p);
+            reader = new ChunkRows.Reader(source, selectSql[p], batchSize, "zonesync-copy-read-" + p);
             reader.start();
             landed = landStream(conn, reader, present);
             held = reader.chunk;
@@ -177,151 +174,6 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
       }
     }
   }
-
-  /** A chunk's rows as read, and how each column is carried. */
-  private static final class Chunk {
-    final List<Object[]> rows = new ArrayList<>();
-    int[] kinds;
-  }
-
-  private static final int OBJECT = 0;
-  private static final int TEXT = 1;
-  private static final int BYTES = 2;
-
-  private static int kindOf(int sqlType) {
-    switch (sqlType) {
-      case Types.BINARY:
-      case Types.VARBINARY:
-      case Types.LONGVARBINARY:
-      case Types.BLOB:
-      case Types.BIT:
-        return BYTES;
-      case Types.DATE:
-      case Types.TIME:
-      case Types.TIMESTAMP:
-      case Types.TIME_WITH_TIMEZONE:
-      case Types.TIMESTAMP_WITH_TIMEZONE:
-      case Types.CHAR:
-      case Types.VARCHAR:
-      case Types.LONGVARCHAR:
-      case Types.NCHAR:
-      case Types.NVARCHAR:
-      case Types.LONGNVARCHAR:
-      case Types.CLOB:
-      case Types.NCLOB:
-        return TEXT;
-      default:
-        return OBJECT;
-    }
-  }
-
-  /** What read() hands on, a batch of rows at a time. */
-  private interface Batches {
-    void put(List<Object[]> batch) throws InterruptedException;
-  }
-
-  /** Read chunk p from the source (one keyed SELECT, streamed) into {@code chunk}, handing
-   * every {@code batchSize} rows on as they come. */
-  private void read(int p, Chunk chunk, Batches out) throws SQLException, InterruptedException {
-    try (Connection conn = source.open(); Statement st = conn.createStatement()) {
-      st.setFetchSize(batchSize);
-      try (ResultSet rs = st.executeQuery(selectSql[p])) {
-        ResultSetMetaData md = rs.getMetaData();
-        int width = md.getColumnCount();
-        int[] kinds = new int[width];
-        for (int i = 0; i < width; i++) {
-          kinds[i] = kindOf(md.getColumnType(i + 1));
-        }
-        chunk.kinds = kinds;
-        List<Object[]> batch = new ArrayList<>(batchSize);
-        while (rs.next()) {
-          Object[] row = new Object[width];
-          for (int i = 0; i < width; i++) {
-            switch (kinds[i]) {
-              case TEXT:
-                row[i] = rs.getString(i + 1);
-                break;
-              case BYTES:
-                row[i] = rs.getBytes(i + 1);
-                break;
-              default:
-                row[i] = rs.getObject(i + 1);
-            }
-          }
-          chunk.rows.add(row);
-          batch.add(row);
-          if (batch.size() == batchSize) {
-            out.put(batch);
-            batch = new ArrayList<>(batchSize);
-          }
-        }
-        if (!batch.isEmpty()) {
-          out.put(batch);
-        }
-      }
-    }
-  }
-
-  /** The source read on a thread of its own, its batches queued for the landing (a few
-   * ahead at most): the source's sending and this JVM's reading overlap the target's
-   * inserting. */
-  private final class Reader extends Thread {
-    final Chunk chunk = new Chunk();
-    final BlockingQueue<List<Object[]>> batches = new ArrayBlockingQueue<>(4);
-    private final int p;
-    private volatile Throwable failed;
-    private volatile boolean complete;
-
-    Reader(int p) {
-      super("zonesync-copy-read-" + p);
-      setDaemon(true);
-      this.p = p;
-    }
-
-    @Override
-    public void run() {
-      try {
-        read(p, chunk, batches::put);
-        complete = true;
-      } catch (Throwable t) { // handed to the landing, which rethrows it
-        failed = t;
-      } finally {
-        try {
-          batches.put(END);
-        } catch (InterruptedException e) {
-          Thread.currentThread().interrupt();
-        }
-      }
-    }
-
-    /** The next batch, or null once the chunk is read whole; the read's failure, if any. */
-    List<Object[]> next() throws SQLException, InterruptedException {
-      List<Object[]> batch = batches.take();
-      if (batch != END) {
-        return batch;
-      }
-      batches.put(END); // for a second look
-      if (failed instanceof SQLException) {
-        throw (SQLException) failed;
-      }
-      if (failed != null) {
-        throw new SQLException("reading the chunk from the source failed: " + failed, failed);
-      }
-      return null;
-    }
-
-    /** Stop reading (interrupted, joined); true if the chunk was not read whole. */
-    boolean halt() throws InterruptedException {
-      if (isAlive()) {
-        interrupt();
-        batches.clear();
-        join();
-      }
-      return !complete;
-    }
-  }
-
-  private static final List<Object[]> END = new ArrayList<>();
 
   /** Lock the chunk's row; false if it is done (an earlier attempt committed it). */
   private boolean claim(Connection conn, int p) throws SQLException {
@@ -352,7 +204,7 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
 
   /** Land the rows as the reader hands them on: the keys the target lacks a batch at a
    * time, the others together at the end; the rows changed. */
-  private long landStream(Connection conn, Reader reader, Set<List<Long>> present)
+  private long landStream(Connection conn, ChunkRows.Reader reader, Set<List<Long>> present)
       throws SQLException, InterruptedException {
     long landed = 0;
     List<Object[]> known = new ArrayList<>();
@@ -363,7 +215,7 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
           if (!present.isEmpty() && present.contains(keyOf(row))) {
             known.add(row);
           } else {
-            bind(ps, row, reader.chunk.kinds);
+            ChunkRows.bind(ps, row, reader.chunk.kinds);
             pending++;
           }
         }
@@ -376,7 +228,7 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
   }
 
   /** Land rows read earlier (a retry, or the tests' gate); the rows changed. */
-  private long landRows(Connection conn, Chunk chunk, Set<List<Long>> present) throws SQLException {
+  private long landRows(Connection conn, ChunkRows chunk, Set<List<Long>> present) throws SQLException {
     List<Object[]> fresh = new ArrayList<>(chunk.rows.size());
     List<Object[]> known = new ArrayList<>();
     for (Object[] row : chunk.rows) {
@@ -426,7 +278,7 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
     try (PreparedStatement ps = conn.prepareStatement(sql)) {
       int pending = 0;
       for (Object[] row : rows) {
-        bind(ps, row, kinds);
+        ChunkRows.bind(ps, row, kinds);
         if (++pending == batchSize) {
           changed += counted(ps.executeBatch());
           pending = 0;
@@ -437,23 +289,6 @@ public final class ChunkCopier implements VoidFunction<Iterator<Number>> {
       }
     }
     return changed;
-  }
-
-  /** One row's values as the statement's parameters, added to its batch. */
-  private static void bind(PreparedStatement ps, Object[] row, int[] kinds) throws SQLException {
-    for (int i = 0; i < row.length; i++) {
-      Object v = row[i];
-      if (v == null) {
-        ps.setNull(i + 1, Types.NULL);
-      } else if (kinds[i] == TEXT) {
-        ps.setString(i + 1, (String) v);
-      } else if (kinds[i] == BYTES) {
-        ps.setBytes(i + 1, (byte[]) v);
-      } else {
-        ps.setObject(i + 1, v);
-      }
-    }
-    ps.addBatch();
   }
 
   /** Rows an executeBatch changed: its counts when the driver has them (1 inserted, 2
