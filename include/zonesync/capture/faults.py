@@ -98,6 +98,7 @@ class FaultReporter:
         detail = {
             "checkpoint": where,
             "error": str(exc.args[1] if len(exc.args) > 1 else exc)[:300],
-            "action": "restore the binlog file, or rebuild this zone's consumers with a full copy",
+            "action": "restore the binlog file, or give its changes up (zonesync binlog skip-lost) and repair this "
+            "zone's consumers with full copies from it",
         }
         self.once("binlog_unreadable", where, detail)

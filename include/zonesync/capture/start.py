@@ -85,3 +85,52 @@ def bootstrap(meta: MetaConfig, zone: str, log_file: str, log_pos: int, by: str,
             (zone, log_file, int(log_pos)),
         )
     return cp
+
+
+class SkipRefused(ConfigError):
+    pass
+
+
+def skip_lost(meta: MetaConfig, zone: str, source_conn, reason: str, by: str) -> tuple[Checkpoint, Checkpoint]:
+    """Seed S000-53's cure, the operator's decision: the binlog file holding the zone's
+    newest checkpoint is gone (purged, expired), so its replicator publishes nothing and
+    keeps asking. Move that checkpoint to the binlog's current end, with the LSNs it had:
+    the replicator reads on from there, and its consumers see the chain go on. What the
+    zone wrote in between reaches no consumer: each needs a repair copy from this zone
+    (docs/copy.md), which reads the zone's rows as they are after the move. Refused while
+    the file is still on the server (nothing was lost: the replicator reads on from it).
+    Returns (the checkpoint before, after); an alert `binlog_skipped` says what was done."""
+    from dataclasses import replace
+
+    from zonesync.capture.binlog import binlog_end
+    from zonesync.meta import alerts
+
+    store = CheckpointStore(meta, zone)
+    try:
+        cp = store.latest()
+        if cp is None:
+            raise SkipRefused(f"zone {zone} has no checkpoint: set where its capture starts with `zonesync binlog "
+                              f"bootstrap --zone {zone} --at FILE:POS|current`")  # fmt: skip
+        with source_conn.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            files = [row[0] for row in cur.fetchall()]
+        if cp.log_file in files:
+            raise SkipRefused(
+                f"zone {zone}'s checkpoint file {cp.log_file} is still on the server: nothing was lost, the "
+                "replicator reads on from it"
+            )
+        end = binlog_end(source_conn)
+        moved = replace(cp, log_file=end[0], log_pos=int(end[1]))
+        store.save(moved)
+    finally:
+        store.close()
+    alerts.record(
+        meta,
+        zone,
+        "binlog_skipped",
+        {"from": f"{cp.log_file}:{cp.log_pos}", "to": f"{moved.log_file}:{moved.log_pos}", "lsn": cp.lsn,
+         "reason": reason[:300], "by": by[:128],
+         "action": f"repair every other zone with a full copy from {zone} (zonesync copy --from {zone} --to Z "
+                   "--mode repair)"},
+    )  # fmt: skip
+    return cp, moved

@@ -1,4 +1,5 @@
-"""`zonesync binlog safe-purge | bootstrap`: a zone's binlog retention and where its capture starts."""
+"""`zonesync binlog safe-purge | bootstrap | skip-lost`: a zone's binlog retention and where
+its capture starts (or goes on after a lost file)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,32 @@ def cmd_bootstrap(args) -> int:
             return 2
     bootstrap(common.meta(), args.zone, log_file, log_pos, f"zonesync binlog bootstrap by {default_actor()}")
     print(f"zone {args.zone}: capture starts at {log_file}:{log_pos}; its consumers see a new chain")
+    return 0
+
+
+def cmd_skip_lost(args) -> int:
+    """The zone's checkpoint file is gone: capture goes on from the binlog's end (S000-53);
+    the other zones then need a repair copy from it."""
+    from zonesync.capture.start import SkipRefused, skip_lost
+    from zonesync.meta.store import default_actor
+
+    if not args.reason.strip():
+        return common.fail("--reason is empty: say why the lost changes are given up", "zonesync binlog skip-lost")
+    meta = common.meta()
+    conn = common.zone_conn(args.zone)
+    try:
+        before, after = skip_lost(meta, args.zone, conn, args.reason, default_actor())
+    except SkipRefused as exc:
+        print(f"refused: {exc}")
+        return 1
+    finally:
+        conn.close()
+    rows, _ = meta.run("SELECT name FROM zones WHERE name <> %s ORDER BY name", (args.zone,))
+    print(f"zone {args.zone}: capture goes on from {after.log_file}:{after.log_pos} (its checkpoint at LSN "
+          f"{before.lsn} was in {before.log_file}, which is gone); what it wrote in between reached no zone. "
+          "Repair each:")  # fmt: skip
+    for (other,) in rows:
+        print(f"  zonesync copy --from {args.zone} --to {other} --mode repair --reason 'binlog of {args.zone} lost'")
     return 0
 
 
@@ -121,3 +148,14 @@ def register(sub) -> None:
         help="the binlog position to capture from (refused while the zone has checkpoints)",
     )
     bs.set_defaults(func=cmd_bootstrap)
+    sk = bsub.add_parser(
+        "skip-lost",
+        help="the file holding a zone's checkpoint is gone: capture goes on from the binlog's end",
+        description="The binlog file holding the zone's newest checkpoint was purged or expired, so its replicator "
+        "publishes nothing. Move the checkpoint to the binlog's current end (same LSNs: consumers see the chain "
+        "go on); what the zone wrote in between reaches no consumer, so each other zone then needs a repair copy "
+        "from it (printed). Exit 0: moved; 1: refused (the file is still there, or no checkpoint).",
+    )
+    sk.add_argument("--zone", required=True)
+    sk.add_argument("--reason", required=True, help="why the lost changes are given up (kept in the alert)")
+    sk.set_defaults(func=cmd_skip_lost)
