@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,3 +68,46 @@ def print_table(rows: list[Row]) -> None:
         )
     for r in rows:
         print(f"  {r.name}: baseline = {r.baseline_name}")
+
+
+def _exec_one(inst, sql: str):
+    conn = inst.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+def settle(*instances, timeout: float = 90) -> float:
+    """Have InnoDB flush what the earlier phases left dirty; seconds it took.
+
+    Timed phases that follow heavy writes start from flushed servers (the replication
+    suite's lag phases; each dump and each copy of the copy suite). Right after a
+    260k-row catch-up the page cleaner writes back much of the buffer pool, slowly, and
+    each commit's fsync queues behind it; whichever phase ran first paid for it. So:
+    innodb_max_dirty_pages_pct = 0 until the dirty pages are gone, then back to what it
+    was. Then the kernel's dirty file pages go too (os.sync): zone a writes its binlog
+    without fsync (sync_binlog=0, the dev zones' setting), and after the bulk phase's
+    600k rows the kernel wrote that back about 30 s later, in the middle of the first lag
+    phase, queueing its commits' fsyncs (p99 0.1-0.8 s in its first windows, never in
+    the second lag phase).
+    """
+    started = time.monotonic()
+    saved = {inst: _exec_one(inst, "SELECT @@GLOBAL.innodb_max_dirty_pages_pct")[0][0] for inst in instances}
+    try:
+        for inst in instances:
+            _exec_one(inst, "SET GLOBAL innodb_max_dirty_pages_pct = 0")
+        while time.monotonic() - started < timeout:
+            dirty = [
+                _exec_one(inst, "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")[0][1] for inst in instances
+            ]
+            if all(int(d) < 10 for d in dirty):
+                break
+            time.sleep(0.5)
+    finally:
+        for inst, pct in saved.items():
+            _exec_one(inst, f"SET GLOBAL innodb_max_dirty_pages_pct = {float(pct)}")
+    os.sync()
+    return time.monotonic() - started

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 
-from bench.harness import BenchEnv, Row
+from bench.harness import BenchEnv, Row, settle
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.dev import env as dev_env
 from zonesync.dev import mariadb, procs
@@ -151,38 +151,6 @@ def _catch_up_rate(target, first_id: int, expected: int, timeout: float = 600) -
                 time.sleep(0.02)
     finally:
         conn.close()
-
-
-def _settle(*instances, timeout: float = 90) -> float:
-    """Have InnoDB flush what the earlier phases left dirty; seconds it took.
-
-    The lag phases measure a steady state. Right after a 260k-row catch-up the page
-    cleaner writes back much of the buffer pool, slowly, and each commit's fsync queues
-    behind it; whichever pipeline ran its lag phase first paid for it. Both lag phases
-    start from flushed servers: innodb_max_dirty_pages_pct = 0 until the dirty pages are
-    gone, then back to what it was. Then the kernel's dirty file pages go too (os.sync):
-    zone a writes its binlog without fsync (sync_binlog=0, the dev zones' setting), and
-    after the bulk phase's 600k rows the kernel wrote that back about 30 s later, in the
-    middle of the first lag phase, queueing its commits' fsyncs (p99 0.1-0.8 s in its
-    first windows, never in the second lag phase).
-    """
-    started = time.monotonic()
-    saved = {inst: _exec(inst, "SELECT @@GLOBAL.innodb_max_dirty_pages_pct")[0][0] for inst in instances}
-    try:
-        for inst in instances:
-            _exec(inst, "SET GLOBAL innodb_max_dirty_pages_pct = 0")
-        while time.monotonic() - started < timeout:
-            dirty = [
-                _exec(inst, "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")[0][1] for inst in instances
-            ]
-            if all(int(d) < 10 for d in dirty):
-                break
-            time.sleep(0.5)
-    finally:
-        for inst, pct in saved.items():
-            _exec(inst, f"SET GLOBAL innodb_max_dirty_pages_pct = {float(pct)}")
-    os.sync()
-    return time.monotonic() - started
 
 
 def _lag(src, target, start_id: int, rows_per_txn: int = 1) -> tuple[float, float]:
@@ -480,13 +448,13 @@ def run(env: BenchEnv) -> list[Row]:
             next_id = 20_000_000
             for rows_per_txn, target_ms in ((1, LAG_TARGET_MS), (HIGH_LAG_ROWS, HIGH_LAG_TARGET_MS)):
                 rate = LAG_RATE * rows_per_txn
-                print(f"settled before the zonesync lag phase in {_settle(a, b, native.inst):.0f} s")
+                print(f"settled before the zonesync lag phase in {settle(a, b, native.inst):.0f} s")
                 zs.follow(_position(a))
                 time.sleep(3)  # workers up and positioned
                 z50, z99 = _lag(a, b, next_id, rows_per_txn)
                 zs.stop()
                 next_id += 5_000_000
-                print(f"settled before the native lag phase in {_settle(a, b, native.inst):.0f} s")
+                print(f"settled before the native lag phase in {settle(a, b, native.inst):.0f} s")
                 native.follow(a, _position(a))
                 n50, n99 = _lag(a, native.inst, next_id, rows_per_txn)
                 native.stop()

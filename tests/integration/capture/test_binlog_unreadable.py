@@ -34,17 +34,23 @@ def _purge_past(conn, checkpoint_file: str) -> None:
             time.sleep(0.2)
 
 
+def _checkpoint_here(conn, meta, lsn: int) -> tuple[str, int]:
+    """Zone a's checkpoint at LSN `lsn` (partition 0 too) where its binlog ends now."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    store = CheckpointStore(meta, "a")
+    try:
+        store.save(Checkpoint("a", lsn, file, int(pos), {0: lsn}, lsn))
+    finally:
+        store.close()
+    return file, int(pos)
+
+
 def test_a_purged_checkpoint_file_stops_the_replicator_with_an_alert(zone_a_alone, meta):
     conn, cluster = zone_a_alone
     try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-        store = CheckpointStore(meta, "a")
-        try:
-            store.save(Checkpoint("a", 1, file, int(pos), {0: 1}, 1))
-        finally:
-            store.close()
+        file, pos = _checkpoint_here(conn, meta, 1)
         _purge_past(conn, file)
         with meta.connect().cursor() as cur:
             cur.execute("DELETE FROM alerts WHERE kind = 'binlog_unreadable'")
@@ -69,14 +75,7 @@ def test_skip_lost_moves_the_checkpoint_past_the_lost_file_and_capture_goes_on(z
 
     conn, cluster = zone_a_alone
     try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-        store = CheckpointStore(meta, "a")
-        try:
-            store.save(Checkpoint("a", 7, file, int(pos), {0: 7}, 7))
-        finally:
-            store.close()
+        file, pos = _checkpoint_here(conn, meta, 7)
         assert cli.main(["binlog", "skip-lost", "--zone", "a", "--reason", "test"]) == 1
         assert "is still on the server" in capsys.readouterr().out
         assert latest_checkpoint(meta, "a").log_file == file, "a refusal moves nothing"
