@@ -454,6 +454,9 @@ def test_an_idle_partition_moved_back_is_read_again(cluster, zones, meta, clean_
         observer.commit()
         return n
 
+    warm = own_keys("a", 1, start=89_999)  # b's applier is running: every partition has its row
+    seed(zones, "a", warm)
+    wait_until(lambda: _row(zones["b"], warm[0]) is not None, 60, "b applies a's writes")
     before = state()
     keys = own_keys("a", 30, start=90_000)
     seed(zones, "a", keys)
