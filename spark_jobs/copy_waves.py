@@ -73,10 +73,6 @@ class Planner:
                     wave.append(chunk)
         return wave
 
-    def total(self) -> str:
-        with self.cond:
-            return str(len(self.chunks)) + ("" if self.finished else "+")
-
     def close(self) -> None:
         if self.thread is not None:
             self.thread.join()

@@ -79,19 +79,17 @@ def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: s
             jprops.setProperty(k, v)
         return jvm.zonesync.spark.ChunkCopier.Endpoint(url, jprops)
 
-    def strings(values):
-        out = gateway.new_array(jvm.String, len(values))
+    def array(kind, values: list):
+        out = gateway.new_array(kind, len(values))
         for i, v in enumerate(values):
             out[i] = v
         return out
 
-    chunks = gateway.new_array(jvm.long, len(wave))
-    for i, c in enumerate(wave):
-        chunks[i] = int(c["chunk"])
-    positions = merge.key_positions(columns, key)
-    key_at = gateway.new_array(jvm.int, len(positions))
-    for i, at in enumerate(positions):
-        key_at[i] = at
+    def strings(values: list):
+        return array(jvm.String, values)
+
+    chunks = array(jvm.long, [int(c["chunk"]) for c in wave])
+    key_at = array(jvm.int, merge.key_positions(columns, key))
     copier = jvm.zonesync.spark.ChunkCopier(
         endpoint(*src, "time_zone='+00:00'"),
         # copied rows never reach the target's replicator (S001-13)
@@ -168,9 +166,9 @@ class TableCopy:
             planner = Planner(self.src_url, self.src_props, self.dst_url, self.dst_props, args.run_id, table,
                               self.key, args.chunk_rows, stored, self.log)  # fmt: skip
             self.done, self.started = sum(c["status"] == "done" for c in stored), time.monotonic()
-            before = _rows_landed(dst, args.run_id, table)
-            self._waves(planner)
-            self.rows = _rows_landed(dst, args.run_id, table) - before  # this attempt's
+            before = self._progress(dst)["rows"]
+            self._waves(planner, dst)
+            self.rows = self._progress(dst)["rows"] - before  # this attempt's
             seconds = round(time.monotonic() - self.started, 3)
             plan = planner.chunks
             complete = self.done == len(plan) and chunk_plan.complete(plan)
@@ -185,7 +183,14 @@ class TableCopy:
             src.close()
             dst.close()
 
-    def _waves(self, planner: Planner) -> None:
+    def _progress(self, dst) -> dict:
+        """The table's chunks done of planned, rows, rate and ETA, as the target keeps them."""
+        from zonesync.copy import chunks as chunk_plan
+
+        return chunk_plan.summarize([self.table], chunk_plan.read(dst, self.args.run_id, self.table))[self.table]
+
+    def _waves(self, planner: Planner, dst) -> None:
+        from zonesync.copy.chunks import progress_text
         from zonesync.copy.throttle import wait_for_lag
 
         meta, left = _meta(self.args), self.args.stop_after or None
@@ -196,8 +201,8 @@ class TableCopy:
             if meta is not None:
                 wait_for_lag(meta, self.args.target, self.args.max_lag_s, self.log)
             t0 = time.monotonic()
-            src, dst = (self.src_url, self.src_props), (self.dst_url, self.dst_props)
-            args = (self.spark, src, dst, self.args.run_id, self.src_db, self.dst_db, self.table, self.columns,
+            source, target = (self.src_url, self.src_props), (self.dst_url, self.dst_props)
+            args = (self.spark, source, target, self.args.run_id, self.src_db, self.dst_db, self.table, self.columns,
                     self.key, wave)  # fmt: skip
             if self.staged is None:
                 copy_wave(*args)
@@ -207,9 +212,9 @@ class TableCopy:
                              functools.partial(self.staged, self.table, wave))  # fmt: skip
             self.done += len(wave)
             left = None if left is None else left - len(wave)
-            took = time.monotonic() - self.started
-            self.log(f"{self.table}: {self.done}/{planner.total()} chunks in {took:.1f} s "
-                     f"(a wave of {len(wave)} in {time.monotonic() - t0:.2f} s)")  # fmt: skip
+            planning = "" if planner.finished else ", still planning"
+            self.log(f"{self.table}: {progress_text(self._progress(dst))} (a wave of {len(wave)} in "
+                     f"{time.monotonic() - t0:.2f} s{planning})")  # fmt: skip
 
 
 def _target_was_empty(conn, run_id: str, table: str) -> bool:
@@ -223,19 +228,6 @@ def _target_was_empty(conn, run_id: str, table: str) -> bool:
         row = cur.fetchone()
     conn.commit()
     return bool(row and row[0])
-
-
-def _rows_landed(conn, run_id: str, table: str) -> int:
-    """Rows read by this run's done chunks of `table` (kept with the chunks)."""
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT COALESCE(SUM(rows_read), 0) FROM zonesync.copy_chunks WHERE run_id = %s AND table_name = %s "
-            "AND status = 'done'",
-            (run_id, table),
-        )
-        rows = int(cur.fetchone()[0])
-    conn.commit()
-    return rows
 
 
 def copy_table(spark, args, zones: dict, table: str, log=print, staged=None) -> dict:

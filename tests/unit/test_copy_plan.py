@@ -136,7 +136,7 @@ def test_verify_counts_only_differences_no_write_in_flight_explains(src, dst, sr
 def test_progress_gives_the_rate_and_what_is_left():
     import datetime as dt
 
-    from zonesync.copy.steps import summarize
+    from zonesync.copy.chunks import summarize
 
     t0 = dt.datetime(2026, 1, 1, 12, 0, 0)
 

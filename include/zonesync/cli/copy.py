@@ -63,6 +63,7 @@ def cmd_copy(args) -> int:
 
 def _status(run_id: str) -> int:
     from zonesync.copy import steps
+    from zonesync.copy.chunks import progress_text
     from zonesync.copy.request import CopyRequest
     from zonesync.copy.store import CopyStore
 
@@ -76,9 +77,7 @@ def _status(run_id: str) -> int:
     )
     try:
         for table, p in steps.progress(ctx).items():
-            rate = f", {p['rate']:,.0f} rows/s" if p["rate"] else ""
-            eta = f", about {p['eta_s']:,.0f} s left" if p["eta_s"] else ""
-            print(f"  {table:<20} {p['done']}/{p['chunks']} chunks, {p['rows']:,} rows{rate}{eta}")
+            print(f"  {table:<20} {progress_text(p)}")
     except Exception as exc:  # noqa: BLE001 - the target may be down: say so, show the rest
         print(f"  progress: the target zone could not be read ({exc})")
     for source, parts in sorted(run.positions().items()):

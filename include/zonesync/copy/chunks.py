@@ -162,3 +162,31 @@ def read(conn, run_id: str, table: str | None = None) -> list[dict]:
          "done_at": done}
         for t, n, lo, hi, st, rr, rl, done in rows
     ]  # fmt: skip
+
+
+def summarize(tables, rows: list[dict]) -> dict:
+    """progress() from the chunk rows (pure). The rate is the rows landed between the first
+    and the last chunk's commit; the ETA assumes the chunks left hold as many rows each."""
+    out: dict[str, dict] = {t: {"chunks": 0, "done": 0, "rows": 0, "first": None, "last": None} for t in tables}
+    for c in rows:
+        t = out.setdefault(c["table"], {"chunks": 0, "done": 0, "rows": 0, "first": None, "last": None})
+        t["chunks"] += 1
+        if c["status"] == "done":
+            t["done"] += 1
+            t["rows"] += c["rows_read"]
+            t["first"] = min(filter(None, (t["first"], c["done_at"])), default=None)
+            t["last"] = max(filter(None, (t["last"], c["done_at"])), default=None)
+    for t in out.values():
+        span = (t["last"] - t["first"]).total_seconds() if t["first"] and t["last"] else 0.0
+        t["rate"] = t["rows"] / span if span > 0 else None
+        left = t["chunks"] - t["done"]
+        per_chunk = t["rows"] / t["done"] if t["done"] else None
+        t["eta_s"] = left * per_chunk / t["rate"] if left and t["rate"] and per_chunk is not None else None
+    return out
+
+
+def progress_text(p: dict) -> str:
+    """One table's summarize() entry as the CLI and the job's log show it."""
+    rate = f", {p['rate']:,.0f} rows/s" if p["rate"] else ""
+    eta = f", about {p['eta_s']:,.0f} s left" if p["eta_s"] else ""
+    return f"{p['done']}/{p['chunks']} chunks, {p['rows']:,} rows{rate}{eta}"

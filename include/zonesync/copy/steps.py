@@ -150,28 +150,7 @@ def progress(ctx: CopyContext) -> dict:
     last chunk's commit time; and `rate` (rows/s) and `eta_s` while chunks are left."""
     run = ctx.run()
     rows = _with(ctx, run.target_zone, lambda conn: chunks.read(conn, ctx.run_id))
-    return summarize(run.tables, rows)
-
-
-def summarize(tables, rows: list[dict]) -> dict:
-    """progress() from the chunk rows (pure). The rate is the rows merged between the first
-    and the last chunk's commit; the ETA assumes the chunks left hold as many rows each."""
-    out: dict[str, dict] = {t: {"chunks": 0, "done": 0, "rows": 0, "first": None, "last": None} for t in tables}
-    for c in rows:
-        t = out.setdefault(c["table"], {"chunks": 0, "done": 0, "rows": 0, "first": None, "last": None})
-        t["chunks"] += 1
-        if c["status"] == "done":
-            t["done"] += 1
-            t["rows"] += c["rows_read"]
-            t["first"] = min(filter(None, (t["first"], c["done_at"])), default=None)
-            t["last"] = max(filter(None, (t["last"], c["done_at"])), default=None)
-    for t in out.values():
-        span = (t["last"] - t["first"]).total_seconds() if t["first"] and t["last"] else 0.0
-        t["rate"] = t["rows"] / span if span > 0 else None
-        left = t["chunks"] - t["done"]
-        per_chunk = t["rows"] / t["done"] if t["done"] else None
-        t["eta_s"] = left * per_chunk / t["rate"] if left and t["rate"] and per_chunk is not None else None
-    return out
+    return chunks.summarize(run.tables, rows)
 
 
 def caught_up(ctx: CopyContext) -> bool:
