@@ -1,8 +1,9 @@
 """Build zonesync's JVM code (spark_jobs/jvm/**/*.java) into spark_jobs/jvm/zonesync-spark.jar.
 
 `make setup` runs this after installing the packages: compiled against the Spark jars
-of the venv's pyspark with the JDK's javac, rebuilt whenever a source is newer than
-the jar. The full copy's row copy needs it (spark_jobs/full_copy.py).
+of the venv's pyspark with the JDK's javac, rebuilt whenever a source (or its
+directory: a source deleted) is newer than the jar. The full copy's row copy needs it
+(spark_jobs/full_copy.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ def main() -> int:
 
     sources = sorted(JVM_SOURCES.rglob("*.java"))
     jar = Path(ZONESYNC_JAR)
-    if jar.exists() and all(jar.stat().st_mtime >= s.stat().st_mtime for s in sources):
+    # a source's directory too: deleting a source changes only its directory's time
+    inputs = [*sources, *{s.parent for s in sources}]
+    if jar.exists() and all(jar.stat().st_mtime >= p.stat().st_mtime for p in inputs):
         return 0
     javac, jar_tool = shutil.which("javac"), shutil.which("jar")
     if not javac or not jar_tool:
