@@ -150,3 +150,18 @@ def test_progress_gives_the_rate_and_what_is_left():
     assert p["rate"] == 1500.0 and p["eta_s"] == pytest.approx(2000 / 1500)
     assert summarize(("orders",), [])["orders"] == {"chunks": 0, "done": 0, "rows": 0, "first": None, "last": None,
                                                    "rate": None, "eta_s": None}  # fmt: skip
+
+
+def test_progress_after_a_pause_gives_the_pace_since_the_copy_resumed():
+    import datetime as dt
+
+    from zonesync.copy.chunks import summarize
+
+    t0 = dt.datetime(2026, 1, 1, 12, 0, 0)
+    at = [t0, t0 + dt.timedelta(seconds=1), t0 + dt.timedelta(seconds=301), t0 + dt.timedelta(seconds=303)]
+    rows = [{"table": "t", "chunk": n, "status": "done", "rows_read": 1000, "done_at": a} for n, a in enumerate(at)]
+    rows += [{"table": "t", "chunk": 4 + n, "status": "pending", "rows_read": 0, "done_at": None} for n in range(4)]
+    p = summarize(("t",), rows)["t"]
+    # killed for 5 min after two chunks: the rate is the 2000 rows of the 2 s since, not 4000 rows over 303 s
+    assert (p["done"], p["rows"], p["first"], p["last"]) == (4, 4000, at[2], at[3])
+    assert p["rate"] == 1000.0 and p["eta_s"] == pytest.approx(4.0)

@@ -122,26 +122,48 @@ def extend_plan(target_conn, source_conn, run_id: str, table: str, cols: list[st
     """Plan the chunks after those `stored` (none: from the start), each written to the
     target as soon as it is found, and handed to `found(chunk)`: the row copy starts on
     the first chunks while the rest are planned, and a planner killed mid-way goes on
-    from the last chunk written. The last chunk, up to +inf, completes the plan."""
+    from the last chunk written. The last chunk, up to +inf, completes the plan.
+
+    Two planners may run on one run at once (a task killed while its Spark job lives on,
+    and the retry's job): the first to write chunk n wins, and a planner that finds n
+    already written adopts its bounds and plans on from its upper one, so every job
+    copies the stored chunks and the plan never has a gap or an overlap."""
     n, lo = len(stored), (stored[-1]["hi"] if stored else None)
+    while True:
+        for bound in _then_none(bounds_after(source_conn, table, cols, chunk_rows, lo)):
+            hi = _write_chunk(target_conn, run_id, table, n, lo, bound)
+            if found is not None:
+                found({"table": table, "chunk": n, "lo": lo, "hi": hi, "status": "pending", "rows_read": 0,
+                       "rows_landed": 0, "done_at": None})  # fmt: skip
+            n, lo = n + 1, hi
+            if hi is None:
+                return
+            if hi != bound:  # another planner's chunk: plan on from its bound
+                break
 
-    def write(hi) -> None:
-        nonlocal n, lo
-        with target_conn.cursor() as cur:
+
+def _then_none(bounds):
+    yield from bounds
+    yield None
+
+
+def _write_chunk(conn, run_id: str, table: str, n: int, lo, hi):
+    """Store chunk n as (lo, hi) unless it is stored already; the upper bound it has."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "INSERT IGNORE INTO zonesync.copy_chunks (run_id, table_name, chunk_no, lo, hi) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (run_id, table, n, None if lo is None else json.dumps(lo), None if hi is None else json.dumps(hi)),
+        )
+        if cur.rowcount == 0:
             cur.execute(
-                "INSERT IGNORE INTO zonesync.copy_chunks (run_id, table_name, chunk_no, lo, hi) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                (run_id, table, n, None if lo is None else json.dumps(lo), None if hi is None else json.dumps(hi)),
+                "SELECT hi FROM zonesync.copy_chunks WHERE run_id = %s AND table_name = %s AND chunk_no = %s",
+                (run_id, table, n),
             )
-        target_conn.commit()
-        if found is not None:
-            found({"table": table, "chunk": n, "lo": lo, "hi": hi, "status": "pending", "rows_read": 0,
-                   "rows_landed": 0, "done_at": None})  # fmt: skip
-        n, lo = n + 1, hi
-
-    for bound in bounds_after(source_conn, table, cols, chunk_rows, lo):
-        write(bound)
-    write(None)
+            (stored,) = cur.fetchone()
+            hi = None if stored is None else json.loads(stored)
+    conn.commit()
+    return hi
 
 
 def read(conn, run_id: str, table: str | None = None) -> list[dict]:
@@ -164,25 +186,45 @@ def read(conn, run_id: str, table: str | None = None) -> list[dict]:
     ]  # fmt: skip
 
 
+PAUSE_S = 30.0  # a longer wait between two chunk commits (a stop, a kill, a throttle) ends a stretch
+
+
 def summarize(tables, rows: list[dict]) -> dict:
     """progress() from the chunk rows (pure). The rate is the rows landed between the first
-    and the last chunk's commit; the ETA assumes the chunks left hold as many rows each."""
-    out: dict[str, dict] = {t: {"chunks": 0, "done": 0, "rows": 0, "first": None, "last": None} for t in tables}
+    and the last chunk commit of the latest stretch of work: a pause of over PAUSE_S
+    between two commits (the copy killed and resumed, or held by the throttle) starts a
+    new stretch, so a resumed copy's rate and ETA are its own pace, not an average over
+    the time it was down. The ETA assumes the chunks left hold as many rows each."""
+    empty = {"chunks": 0, "done": 0, "rows": 0, "first": None, "last": None}
+    out: dict[str, dict] = {t: dict(empty) for t in tables}
+    done: dict[str, list[tuple]] = {}
     for c in rows:
-        t = out.setdefault(c["table"], {"chunks": 0, "done": 0, "rows": 0, "first": None, "last": None})
+        t = out.setdefault(c["table"], dict(empty))
         t["chunks"] += 1
         if c["status"] == "done":
             t["done"] += 1
             t["rows"] += c["rows_read"]
-            t["first"] = min(filter(None, (t["first"], c["done_at"])), default=None)
-            t["last"] = max(filter(None, (t["last"], c["done_at"])), default=None)
-    for t in out.values():
-        span = (t["last"] - t["first"]).total_seconds() if t["first"] and t["last"] else 0.0
-        t["rate"] = t["rows"] / span if span > 0 else None
+            if c["done_at"] is not None:
+                done.setdefault(c["table"], []).append((c["done_at"], c["rows_read"]))
+    for name, t in out.items():
+        stretch = _latest_stretch(sorted(done.get(name, ())))
+        if stretch:
+            t["first"], t["last"] = stretch[0][0], stretch[-1][0]
+        span = (t["last"] - t["first"]).total_seconds() if stretch else 0.0
+        t["rate"] = sum(n for _, n in stretch) / span if span > 0 else None
         left = t["chunks"] - t["done"]
         per_chunk = t["rows"] / t["done"] if t["done"] else None
         t["eta_s"] = left * per_chunk / t["rate"] if left and t["rate"] and per_chunk is not None else None
     return out
+
+
+def _latest_stretch(commits: list[tuple]) -> list[tuple]:
+    """The (done_at, rows) commits after the last pause of over PAUSE_S (in time order)."""
+    start = 0
+    for i in range(1, len(commits)):
+        if (commits[i][0] - commits[i - 1][0]).total_seconds() > PAUSE_S:
+            start = i
+    return commits[start:]
 
 
 def progress_text(p: dict) -> str:

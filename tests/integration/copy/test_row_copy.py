@@ -188,3 +188,28 @@ def test_a_plan_cut_short_goes_on_from_its_last_chunk(zones, spark, tmp_path, em
     assert checksum(zones["b"]) == checksum(zones["a"])
     dst.close()
     src.close()
+
+
+def test_two_planners_of_one_run_agree_on_the_stored_chunks(zones, empty):
+    """A task killed while its Spark job lives on, and the retry's job: both plan the same
+    run. The second, which read the plan while it was empty, finds chunks 0 and 1 written
+    by the first (with other bounds), adopts them and plans on from there: one plan, no
+    gap, no overlap, and it hands its copier the stored bounds."""
+    _fill(zones["a"], [(i, f"t{i}", 1, 1000 + i) for i in range(1, 1201)])
+    dst, src = zones["b"].connect(), zones["a"].connect("zonesync_app")
+    src.autocommit(False)
+    dst.autocommit(False)
+
+    def first_stops(chunk):
+        if chunk["chunk"] == 1:
+            raise KeyboardInterrupt("the first planner is stopped after two chunks")
+
+    with pytest.raises(KeyboardInterrupt):
+        chunks.extend_plan(dst, src, "r-race", "tenants", ["tenant_id"], 500, [], found=first_stops)
+    handed = []
+    chunks.extend_plan(dst, src, "r-race", "tenants", ["tenant_id"], 300, [], found=handed.append)
+    plan = [(c["lo"], c["hi"]) for c in chunks.read(dst, "r-race", "tenants")]
+    assert plan == [(None, [500]), ([500], [1000]), ([1000], None)]
+    assert [(c["lo"], c["hi"]) for c in handed] == plan
+    dst.close()
+    src.close()
