@@ -20,6 +20,7 @@ class Row:
     unit: str
     target: float  # required value/baseline ratio (higher is better)
     baseline_name: str
+    judged: bool = True  # False: printed for reference beside a judged row of the same suite
 
     @property
     def ratio(self) -> float:
@@ -27,7 +28,7 @@ class Row:
 
     @property
     def met(self) -> bool:
-        return self.ratio >= self.target
+        return not self.judged or self.ratio >= self.target
 
 
 class BenchEnv:
@@ -64,7 +65,7 @@ def print_table(rows: list[Row]) -> None:
     for r in rows:
         print(
             f"{r.name:<44} {r.value:>10.0f} {r.unit:<3} {r.baseline:>10.0f} {r.unit:<3}  {r.ratio:>5.2f}x  "
-            f">={r.target:<4.2f}x  {'yes' if r.met else 'NO'}"
+            f">={r.target:<4.2f}x  {'yes' if r.judged and r.met else 'ref' if not r.judged else 'NO'}"
         )
     for r in rows:
         print(f"  {r.name}: baseline = {r.baseline_name}")

@@ -41,6 +41,7 @@ class ZoneSparkSubmitOperator(SparkSubmitOperator):
         environment), for jobs that read it."""
         kwargs.setdefault("jars", jvm.jars_option())
         kwargs.setdefault("driver_class_path", jvm.class_path())
+        kwargs["conf"] = {**jvm.driver_conf(), **(kwargs.get("conf") or {})}  # the driver's class-data archive
         super().__init__(conn_id=conn_id, **kwargs)
         self.zones = zones
         self.meta_conn_id = meta_conn_id
