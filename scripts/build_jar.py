@@ -25,7 +25,7 @@ WARM_UP = """
 from pyspark.sql import SparkSession
 spark = SparkSession.builder.getOrCreate()
 jvm = spark._jvm
-for name in ("org.mariadb.jdbc.Driver", "zonesync.spark.ChunkCopier"):
+for name in ("org.mariadb.jdbc.Driver", "zonesync.spark.ChunkCopier", "zonesync.spark.ZoneQueries"):
     jvm.java.lang.Class.forName(name)
 spark.sparkContext._jsc.parallelize(jvm.java.util.ArrayList(), 1).count()
 spark.stop()

@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 
 from zonesync import config
-from zonesync.cli import binlog, copy, dev, guards, locks, meta, replication, rules, switch, workers, zones
+from zonesync.cli import binlog, check, copy, dev, guards, locks, meta, replication, rules, switch, workers, zones
 from zonesync.cli.common import fail
 
 # in the order `zonesync --help` lists them
-GROUPS = (dev, meta, rules, guards, workers, replication, binlog, locks, switch, copy, zones)
+GROUPS = (dev, meta, rules, guards, workers, replication, binlog, locks, switch, copy, check, zones)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,71 @@
+"""A consistency check's request: what a user asks for, checked before anything changes.
+
+Every refusal is one line naming the field and the fix (CheckRefused); nothing is
+written before the whole request is known to be valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zonesync.copy.request import IDENT, ZONE
+
+
+class CheckRefused(ValueError):
+    """A check that must not start: the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    zones: tuple[str, ...] = ()  # empty: every zone of the mesh
+    tables: tuple[str, ...] = ()  # empty: every replicated table
+    chunk_rows: int = 50_000
+    rows: bool = True  # read and diff the rows of chunks that differ
+    repair: bool = False
+    reason: str = "scheduled"
+
+    def resolved(self, zones, replicated_tables) -> CheckRequest:
+        """This request checked against the mesh, with its zones and tables spelled out."""
+        check_shape(self)
+        known = sorted(zones)
+        unknown = [z for z in self.zones if z not in zones]
+        if unknown:
+            raise CheckRefused(f"zones: unknown zone {', '.join(map(repr, unknown))}; the zones are {', '.join(known)}")
+        picked = tuple(self.zones) or tuple(known)
+        if len(picked) < 2:
+            raise CheckRefused(f"zones: a check compares at least two zones; got {', '.join(picked) or 'none'}")
+        replicated = sorted(replicated_tables)
+        if not replicated:
+            raise CheckRefused("tables: the rule set declares no table; publish rules with a tables: section first")
+        odd = [t for t in self.tables if t not in replicated]
+        if odd:
+            raise CheckRefused(
+                f"tables: {', '.join(odd)} not replicated; the rule set's tables are {', '.join(replicated)}"
+            )
+        tables = tuple(self.tables) or tuple(replicated)
+        return CheckRequest(picked, tables, self.chunk_rows, self.rows, self.repair, self.reason)
+
+
+def check_shape(req: CheckRequest) -> None:
+    """What can be checked without the mesh: spelling, ranges, a reason."""
+    for z in req.zones:
+        if not isinstance(z, str) or not ZONE.match(z):
+            raise CheckRefused(f"zones: {z!r} is not a zone name (lower-case letters, digits, _; e.g. 'a')")
+    for field, names in (("zones", req.zones), ("tables", req.tables)):
+        if len(set(names)) != len(names):
+            raise CheckRefused(f"{field}: a name is given twice; give each once")
+    for t in req.tables:
+        if not isinstance(t, str) or not IDENT.match(t):
+            raise CheckRefused(f"tables: {t!r} is not a plain table name")
+    if (
+        not isinstance(req.chunk_rows, int)
+        or isinstance(req.chunk_rows, bool)
+        or not 100 <= req.chunk_rows <= 10_000_000
+    ):
+        raise CheckRefused(f"chunk_rows: {req.chunk_rows!r} is out of range; use 100..10000000")
+    if not isinstance(req.rows, bool) or not isinstance(req.repair, bool):
+        raise CheckRefused("rows, repair: true or false")
+    if req.repair and not req.rows:
+        raise CheckRefused("repair: needs rows on (only rows found different can be repaired)")
+    if not isinstance(req.reason, str) or not req.reason.strip() or len(req.reason) > 500:
+        raise CheckRefused("reason: say why in 1..500 characters, e.g. --reason 'after the disk swap in b'")

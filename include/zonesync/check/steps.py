@@ -1,0 +1,110 @@
+"""The steps of a consistency check around its Spark job (docs/consistency-check.md):
+
+    preflight -> record_start -> check (Spark) -> validate (Great Expectations) -> report
+
+Each re-reads the run from meta: a retried step finds what the last attempt decided.
+The start is written once: the cut first, then every zone's binlog position, so every
+write whose version is at or below the cut committed before the positions were read
+(a guarded transaction commits within the rules' 2 s deadline of taking its versions;
+CUT_GRACE_US adds a second for clocks), and is applied everywhere once every zone has
+applied every other zone up to those positions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from zonesync.capture.binlog import binlog_end
+from zonesync.check.request import CheckRefused, CheckRequest
+from zonesync.check.store import DIFFERENCES, FAILED, RUNNING, SUCCEEDED, Check, CheckStore
+from zonesync.copy import chunks
+from zonesync.meta import alerts
+from zonesync.meta.db import MetaConfig
+from zonesync.meta.store import MetaStore
+
+APP_DB = "zonesync_app"
+CUT_GRACE_US = 3_000_000
+
+
+@dataclass
+class CheckContext:
+    meta: MetaConfig
+    run_id: str
+    request: CheckRequest
+    zone_conn: Callable  # zone name -> a new DB-API connection to its app database
+    actor: str = "airflow"
+    app_db: str = APP_DB
+
+    @property
+    def store(self) -> CheckStore:
+        return CheckStore(self.meta)
+
+    def run(self) -> Check:
+        return self.store.require(self.run_id)
+
+
+def _with(ctx: CheckContext, zone: str, fn):
+    conn = ctx.zone_conn(zone)
+    try:
+        return fn(conn)
+    finally:
+        conn.close()
+
+
+def preflight(ctx: CheckContext) -> Check:
+    """The request against the mesh and every zone's tables; the run's row. Refusals
+    change nothing."""
+    found = MetaStore(ctx.meta).rules_at()
+    req = ctx.request.resolved(MetaStore(ctx.meta).zones(), found[1].tables if found else {})
+    for zone in req.zones:
+        for t in req.tables:
+            key = _with(ctx, zone, lambda conn, t=t: chunks.key_columns(conn, ctx.app_db, t))
+            if not key:
+                raise CheckRefused(f"tables: {t} is missing in zone {zone} or has no primary key; create it there")
+            odd = [f"{c} ({ty})" for c, ty in key if ty not in chunks.INTEGER_TYPES]
+            if odd:
+                raise CheckRefused(f"tables: {t}'s primary key has non-integer columns {', '.join(odd)}; the check "
+                                   "chunks by integer keys only (docs/consistency-check.md)")  # fmt: skip
+    return ctx.store.create(ctx.run_id, req.zones, req.tables, req.chunk_rows, req.rows, req.repair, req.reason,
+                            ctx.actor)  # fmt: skip
+
+
+def record_start(ctx: CheckContext) -> Check:
+    """The cut, every zone's binlog position and the rules version, written once."""
+    run = ctx.run()
+    if run.start_json is None:
+        cut = int(time.time() * 1_000_000) - CUT_GRACE_US
+        positions = {z: list(_with(ctx, z, binlog_end) or ("", 0)) for z in run.zones}
+        found = MetaStore(ctx.meta).rules_at()
+        run = ctx.store.set_start(ctx.run_id, found[0] if found else 0, cut, positions)
+    ctx.store.phase(ctx.run_id, "started")
+    return run
+
+
+def finish(ctx: CheckContext, result: dict) -> Check:
+    """The run's outcome from the job's result: succeeded when every chunk of every table
+    matched (or differed only by writes in flight), differences otherwise (with an alert),
+    failed when a table could not be checked whole."""
+    ctx.store.set_summary(ctx.run_id, result)
+    mismatched = {t: r["outcome"]["by_status"].get("mismatch", 0) for t, r in result.items()}
+    schema = {t: r["outcome"]["schema"] for t, r in result.items() if r["outcome"].get("schema")}
+    incomplete = [t for t, r in result.items() if not r["outcome"]["complete"] and t not in schema]
+    diffs = len(ctx.store.diffs(ctx.run_id))
+    if incomplete:
+        return ctx.store.finish(ctx.run_id, FAILED, f"not checked whole: {', '.join(incomplete)}")
+    if any(mismatched.values()) or schema:
+        parts = [f"{t}: {n} chunks differ" for t, n in mismatched.items() if n] + list(schema.values())
+        detail = f"{diffs} rows differ; " + "; ".join(parts)
+        alerts.record(ctx.meta, "*", "consistency_mismatch",
+                      {"run_id": ctx.run_id, "rows": diffs, "tables": mismatched, "schema": schema})  # fmt: skip
+        return ctx.store.finish(ctx.run_id, DIFFERENCES, detail)
+    return ctx.store.finish(ctx.run_id, SUCCEEDED, "every zone holds the same rows")
+
+
+def fail(ctx: CheckContext, why: str) -> Check:
+    run = ctx.store.get(ctx.run_id)
+    if run is None or run.status != RUNNING:
+        return run
+    return ctx.store.finish(ctx.run_id, FAILED, why)

@@ -1,0 +1,257 @@
+"""One table's consistency check (spark_jobs/consistency_check.py tells the protocol):
+plan -> checksums -> settle -> rows, each phase re-reading what meta holds, so a
+re-run of the same run id goes on where the last one stopped."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+from spark_jobs import check_rows
+from spark_jobs.check_zones import compare, connect_zone, pair_summary, zone_numbers
+from zonesync.check import diff as check_diff
+from zonesync.check import sql as check_sql
+from zonesync.check.store import DONE
+from zonesync.copy import chunks as chunk_plan
+from zonesync.copy.throttle import wait_for_lag
+from zonesync.events import pk_text
+
+PLAN_BATCH = 200  # plan rows written to meta per transaction
+
+
+class TableCheck:
+    def __init__(self, spark, args, zones: dict, endpoints, store, check, table: str, log=print):
+        self.spark, self.args, self.zones, self.endpoints = spark, args, zones, endpoints
+        self.store, self.check, self.table, self.log = store, check, table, log
+        self.names = list(zones)
+
+    def run(self) -> dict:
+        conns = {z: connect_zone(self.zones, z) for z in self.names}
+        try:
+            columns = self._columns(conns)
+            if isinstance(columns, str):
+                return self._finish([], schema=columns)
+            key = self._key(conns[self.names[0]])
+            plan = self._plan(conns[self.names[0]], key)
+            self._checksums([c for c in plan if c["status"] == "pending"], columns, key)
+            differ = [c for c in self.store.chunks(self.check.run_id, self.table) if c["status"] == "differ"]
+            if differ:
+                self._settle(conns)
+                self._checksums(differ, columns, key, again=True)
+                still = [c for c in self.store.chunks(self.check.run_id, self.table) if c["status"] == "differ"]
+                if still:
+                    self._rows(conns, still, columns, key)
+            return self._finish(self.store.chunks(self.check.run_id, self.table))
+        finally:
+            for c in conns.values():
+                c.close()
+
+    # -- what is compared ------------------------------------------------------
+    def _columns(self, conns) -> list[tuple[str, str]] | str:
+        """The table's (column, type) pairs, the same in every zone; else what differs."""
+        seen = {}
+        for z, conn in conns.items():
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+                    "AND TABLE_NAME = %s ORDER BY COLUMN_NAME",
+                    (self.table,),
+                )
+                seen[z] = [(c, t.lower()) for c, t in cur.fetchall()]
+            conn.commit()
+        first = self.names[0]
+        absent = [z for z, cols in seen.items() if not cols]
+        if absent:
+            return f"{self.table} is missing in zone {', '.join(absent)}"
+        for z, cols in seen.items():
+            if cols != seen[first]:
+                only = sorted(set(cols) ^ set(seen[first]))
+                return f"{self.table}'s columns differ between {first} and {z}: {only[:6]}"
+        return [(c, t.split("(")[0].split(" ")[0]) for c, t in seen[first]]
+
+    def _key(self, conn) -> list[str]:
+        with conn.cursor() as cur:
+            cur.execute("SELECT DATABASE()")
+            (db,) = cur.fetchone()
+        key = chunk_plan.key_columns(conn, db, self.table)
+        odd = [c for c, t in key if t not in chunk_plan.INTEGER_TYPES]
+        if not key or odd:
+            raise SystemExit(f"--table {self.table}: the check needs an integer primary key (has {key or 'none'})")
+        return [c for c, _ in key]
+
+    # -- 1. plan -----------------------------------------------------------------
+    def _plan(self, conn, key: list[str]) -> list[dict]:
+        """The stored plan, completed from its last chunk when a run stopped mid-plan."""
+        run_id = self.check.run_id
+        stored = self.store.chunks(run_id, self.table)
+        if chunk_plan.complete(stored):
+            return stored
+        n, lo = len(stored), (stored[-1]["hi"] if stored else None)
+        batch = []
+        for hi in [*chunk_plan.bounds_after(conn, self.table, key, self.check.chunk_rows, lo), None]:
+            batch.append((n, lo, hi))
+            n, lo = n + 1, hi
+            if len(batch) >= PLAN_BATCH:
+                self.store.add_chunks(run_id, self.table, batch)
+                batch = []
+        self.store.add_chunks(run_id, self.table, batch)
+        return self.store.chunks(run_id, self.table)
+
+    # -- 2. checksums ------------------------------------------------------------
+    def _checksums(self, chunks: list[dict], columns, key, again: bool = False) -> None:
+        ids = list(self.zone_ids.values())
+        meta = self.store.meta
+        waves = 0
+        for i in range(0, len(chunks), self.args.parallel):
+            if self.args.max_lag_s:
+                wait_for_lag(meta, "", self.args.max_lag_s, self.log)
+            wave = chunks[i : i + self.args.parallel]
+            queries = [
+                (f"{c['chunk']}:{z}", zi, check_sql.chunk_checksum(self.table, columns, key, c["lo"], c["hi"], ids))
+                for c in wave
+                for zi, z in enumerate(self.names)
+            ]
+            got = zone_numbers(self.spark, self.endpoints, queries)
+            results = {}
+            for c in wave:
+                numbers = {z: _numbers(got[f"{c['chunk']}:{z}"]) for z in self.names}
+                results[c["chunk"]] = (compare(numbers), numbers)
+            self.store.record_chunks(self.check.run_id, self.table, results)
+            waves += 1
+            if not again:
+                self._progress()
+            if self.args.stop_after and waves >= self.args.stop_after and not again:
+                raise SystemExit(f"stopped after {waves} waves (--stop-after)")
+
+    @property
+    def zone_ids(self) -> dict[str, int]:
+        if not hasattr(self, "_zone_ids"):
+            from zonesync.meta.store import MetaStore
+
+            self._zone_ids = MetaStore(self.store.meta).zones()
+        return self._zone_ids
+
+    def _progress(self) -> None:
+        rows = [{**c, "status": "pending" if c["status"] == "pending" else "done"}
+                for c in self.store.chunks(self.check.run_id, self.table)]  # fmt: skip
+        p = chunk_plan.summarize((self.table,), rows)[self.table]
+        self.log(f"{self.table}: {chunk_plan.progress_text(p)}")
+
+    # -- 3. settle ---------------------------------------------------------------
+    def _settle(self, conns) -> None:
+        """Wait until every zone applied every other zone up to the check's start."""
+        from zonesync.apply.tools.progress import is_applied
+
+        start = self.check.start
+        deadline = time.monotonic() + self.args.settle_timeout_s
+        pending = [(s, t) for s in self.names for t in self.names if s != t and s in start]
+        while pending:
+            pending = [(s, t) for s, t in pending if not is_applied(self.store.meta, conns[t], s, tuple(start[s]))]
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        if pending:
+            self.log(f"{self.table}: not settled within {self.args.settle_timeout_s:g} s: {pending} (their "
+                     "differences are reported as found)")  # fmt: skip
+
+    # -- 4. rows -----------------------------------------------------------------
+    def _rows(self, conns, chunks: list[dict], columns, key) -> None:
+        if not self.args.rows:
+            self.store.record_chunks(self.check.run_id, self.table,
+                                     {c["chunk"]: ("mismatch", c["zones"]) for c in chunks})  # fmt: skip
+            return
+        df = check_rows.extract(self.spark, self.zones, self.table, columns, key, chunks)
+        found = check_rows.differing_keys(df, key, len(self.names)).collect()
+        deleted = self._deleted_after_cut(conns)
+        owners = _Owners(self.store.meta, self.check.rules_version, self.table)
+        diffs, by_chunk = [], {}
+        for record in found:
+            pk, rows = check_rows.as_rows(record, key)
+            text = pk_text(pk)
+            gone = {z for z, keys in deleted.items() if text in keys}
+            if check_diff.in_flight(rows, self.names, self.check.cut_us, gone):
+                continue
+            zsid, owner = owners.of(next(iter(rows.values()))["cols"])
+            d = check_diff.describe(text, rows, self.names, owner, zsid)
+            if d is not None:
+                diffs.append(d)
+                by_chunk.setdefault(_chunk_of(chunks, key, pk), []).append(d)
+        self.store.add_diffs(self.check.run_id, self.table, diffs)
+        self.store.record_chunks(self.check.run_id, self.table,
+                                 {c["chunk"]: ("mismatch" if by_chunk.get(c["chunk"]) else "settled", c["zones"])
+                                  for c in chunks})  # fmt: skip
+        self.log(f"{self.table}: {len(found)} keys differ in {len(chunks)} chunks, {len(diffs)} persist")
+
+    def _deleted_after_cut(self, conns) -> dict[str, set[str]]:
+        since = dt.datetime.fromtimestamp(self.check.cut_us / 1_000_000, dt.UTC).replace(tzinfo=None)
+        out = {}
+        for z, conn in conns.items():
+            with conn.cursor() as cur:
+                cur.execute("SELECT pk FROM zonesync.tombstones WHERE table_name = %s AND deleted_at > %s",
+                            (self.table, since))  # fmt: skip
+                out[z] = {pk for (pk,) in cur.fetchall()}
+            conn.commit()
+        return out
+
+    # -- the table's outcome -----------------------------------------------------
+    def _finish(self, chunks: list[dict], schema: str | None = None) -> dict:
+        by_status = {}
+        for c in chunks:
+            by_status[c["status"]] = by_status.get(c["status"], 0) + 1
+        rows = {z: sum(c["zones"][z][0] for c in chunks if c["zones"].get(z)) for z in self.names}
+        bookkeeping = {
+            z: {
+                "min_version": min(
+                    (c["zones"][z][2] for c in chunks if c["zones"].get(z) and c["zones"][z][2] is not None),
+                    default=None,
+                ),  # fmt: skip
+                "unknown_origin": sum(c["zones"][z][3] for c in chunks if c["zones"].get(z)),
+                "null_key": sum(c["zones"][z][4] for c in chunks if c["zones"].get(z)),
+            }
+            for z in self.names
+        }
+        done = all(c["status"] in DONE for c in chunks)
+        outcome = {"chunks": len(chunks), "by_status": by_status, "complete": done and schema is None}
+        if schema:
+            outcome["schema"] = schema
+        return {"rows": rows, "pairs": pair_summary(self.names, chunks), "bookkeeping": bookkeeping,
+                "outcome": outcome}  # fmt: skip
+
+
+def _numbers(cols: list[str]) -> list:
+    """A chunk's numbers in one zone: [rows, checksum, min version, unknown origins, NULL keys]."""
+    out = []
+    for v in cols:
+        out.append(None if v == "\\N" else int(v))
+    return out
+
+
+def _chunk_of(chunks: list[dict], key: list[str], pk: dict) -> int:
+    value = [int(pk[c]) for c in key]
+    for c in chunks:
+        if (c["lo"] is None or value > c["lo"]) and (c["hi"] is None or value <= c["hi"]):
+            return c["chunk"]
+    return -1
+
+
+class _Owners:
+    """The zone that owns a row's ZSID by the check's rules version (None: no rule)."""
+
+    def __init__(self, meta, version: int | None, table: str):
+        from zonesync.meta.store import MetaStore
+        from zonesync.rules.extract import RuleIndex
+
+        found = MetaStore(meta).rules_at(version)
+        self.index = RuleIndex(found[1]) if found else None
+        self.table = table
+
+    def of(self, cols: dict) -> tuple[int | None, str | None]:
+        from zonesync.rules.extract import ZsidUnknown
+
+        if self.index is None:
+            return None, None
+        try:
+            zsid = self.index.zsid_of(self.table, cols)
+            return zsid, self.index.rule_for(zsid).zone
+        except ZsidUnknown:
+            return None, None

@@ -1,0 +1,52 @@
+"""What the consistency check asks of the zones: their JVM endpoints, queries each zone
+answers itself (one row back), and the comparison of a chunk's numbers (pure)."""
+
+from __future__ import annotations
+
+from spark_jobs.common import db_connect
+
+
+def zone_endpoints(spark, zones: dict):
+    """The JVM endpoint of every zone, in `zones` order (UTC sessions, read-only use)."""
+    jvm, gateway = spark._jvm, spark.sparkContext._gateway
+    out = gateway.new_array(jvm.zonesync.spark.ChunkCopier.Endpoint, len(zones))
+    for i, (url, props) in enumerate(zones.values()):
+        jprops = jvm.java.util.Properties()
+        for k, v in {"user": props["user"], "password": props["password"], "sessionVariables": "time_zone='+00:00'",
+                     "tinyInt1isBit": "false", "yearIsDateType": "false"}.items():  # fmt: skip
+            jprops.setProperty(k, v)
+        out[i] = jvm.zonesync.spark.ChunkCopier.Endpoint(url, jprops)
+    return out
+
+
+def zone_numbers(spark, endpoints, queries: list[tuple[str, int, str]]) -> dict[str, list[str]]:
+    """Run (tag, zone index, SQL) queries in the zones, in parallel; {tag: columns}."""
+    elements = spark._jvm.java.util.ArrayList()
+    for tag, zone, sql in queries:
+        elements.add(f"{tag}\t{zone}\t{sql}")
+    rdd = spark.sparkContext._jsc.parallelize(elements, len(queries))
+    out = {}
+    for line in rdd.mapPartitions(spark._jvm.zonesync.spark.ZoneQueries(endpoints)).collect():
+        tag, *cols = str(line).split("\t")
+        out[tag] = cols
+    return out
+
+
+def compare(numbers: dict[str, list]) -> str:
+    """'match' when every zone has the chunk's row count and checksum, else 'differ' (pure)."""
+    return "match" if len({(v[0], v[1]) for v in numbers.values()}) <= 1 else "differ"
+
+
+def pair_summary(zones: list[str], chunks: list[dict]) -> dict:
+    """Per zone pair, the chunks whose numbers differ between the two (pure)."""
+    out = {}
+    for i, x in enumerate(zones):
+        for y in zones[i + 1 :]:
+            differ = [c["chunk"] for c in chunks if c["zones"].get(x, [None])[:2] != c["zones"].get(y, [None])[:2]]
+            out[f"{x}-{y}"] = {"chunks": len(chunks), "differ": len(differ), "differing_chunks": differ[:100]}
+    return out
+
+
+def connect_zone(zones: dict, name: str):
+    url, props = zones[name]
+    return db_connect(url, props)
