@@ -26,6 +26,8 @@ def stack_env(root: Path) -> dict[str, str]:
         "ZONESYNC_AIRFLOW_PORT": str(procs.free_port()),
         "ZONESYNC_WITH_AIRFLOW": "1",
         "ZONESYNC_WITH_WORKERS": "1",
+        # no hourly consistency check starting by itself in the middle of a test or bench
+        "ZONESYNC_CHECK_SCHEDULE": os.environ.get("ZONESYNC_CHECK_SCHEDULE", "none"),
     }
 
 
