@@ -19,6 +19,9 @@ binlog position, the cut, the rules version. Per table:
 4. rows: the chunks still differing are read row by row from every zone and diffed; a
    differing key written or deleted after the cut is in flight and not reported, the
    others are stored with the zone that is right (the owner of the key's ZSID).
+
+Then Great Expectations validates every table's chunks x zones (check_expectations) and
+updates its Data Docs. The result file: {"tables": {table: ...}, "expectations": ...}.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle-timeout-s", type=float, default=300.0)
     parser.add_argument("--max-lag-s", type=float, default=5.0, help="wait between waves while a zone lags more")
     parser.add_argument("--stop-after", type=int, default=0, help=argparse.SUPPRESS)  # tests: waves, then stop
+    parser.add_argument("--docs", help="Great Expectations project directory (default: gx/ beside --output)")
     parser.add_argument("--meta", help="mysql://user@host:port/db of the meta store (default: the dev env's)")
     add_zone_args(parser)
     args = parser.parse_args(argv)
@@ -88,9 +92,17 @@ def run(spark, args, log=print) -> dict:
         started = time.monotonic()
         result[table] = TableCheck(spark, args, zones, endpoints, store, check, table, log).run()
         log(f"{table}: checked in {time.monotonic() - started:.1f} s: {json.dumps(result[table]['outcome'])}")
+    from spark_jobs import check_expectations
+
+    rows = check_expectations.facts({t: store.chunks(args.run_id, t) for t in args.table}, list(zones))
+    docs = Path(args.docs) if getattr(args, "docs", None) else Path(args.output).parent / "gx"
+    expectations = check_expectations.validate(spark, rows, docs, args.run_id)
+    verdict = "passed" if expectations["success"] else "FAILED"
+    log(f"Great Expectations: {verdict}; Data Docs {expectations['data_docs']}")
+    out = {"tables": result, "expectations": expectations}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2, default=str))
-    return result
+    Path(args.output).write_text(json.dumps(out, indent=2, default=str))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ def build(meta, run_id: str, limit: int = 1000) -> dict:
         "start": run.start,
         "created_at": str(run.created_at),
         "finished_at": None if run.finished_at is None else str(run.finished_at),
+        "expectations": run.summary.get("_expectations"),
         "differences": diffs,
         "differences_shown": len(diffs),
     }
@@ -60,6 +61,11 @@ def text(report: dict) -> str:
              f"  by {report['actor']}: {report['reason']}"]  # fmt: skip
     if report["detail"]:
         lines.append(f"  outcome: {report['detail']}")
+    gx = report.get("expectations") or {}
+    if gx:
+        lines.append(
+            f"  Great Expectations: {'passed' if gx.get('success') else 'FAILED'}; Data Docs {gx.get('data_docs')}"
+        )
     for t, info in report["tables"].items():
         rows = ", ".join(f"{z} {n:,}" for z, n in (info.get("rows") or {}).items())
         lines.append(f"  {t}: {info['progress']}; rows {rows or '-'}; chunks {info['chunks_by_status']}")

@@ -1,6 +1,6 @@
 """The steps of a consistency check around its Spark job (docs/consistency-check.md):
 
-    preflight -> record_start -> check (Spark) -> validate (Great Expectations) -> report
+    preflight -> record_start -> check (Spark, then Great Expectations) -> finish
 
 Each re-reads the run from meta: a retried step finds what the last attempt decided.
 The start is written once: the cut first, then every zone's binlog position, so every
@@ -84,23 +84,28 @@ def record_start(ctx: CheckContext) -> Check:
 
 
 def finish(ctx: CheckContext, result: dict) -> Check:
-    """The run's outcome from the job's result: succeeded when every chunk of every table
-    matched (or differed only by writes in flight), differences otherwise (with an alert),
-    failed when a table could not be checked whole."""
-    ctx.store.set_summary(ctx.run_id, result)
-    mismatched = {t: r["outcome"]["by_status"].get("mismatch", 0) for t, r in result.items()}
-    schema = {t: r["outcome"]["schema"] for t, r in result.items() if r["outcome"].get("schema")}
-    incomplete = [t for t, r in result.items() if not r["outcome"]["complete"] and t not in schema]
-    diffs = len(ctx.store.diffs(ctx.run_id))
+    """The run's outcome from the job's result ({"tables", "expectations"}): succeeded when
+    every chunk of every table matched (or differed only by writes in flight) and the
+    Great Expectations suite passed; differences otherwise (with an alert); failed when a
+    table could not be checked whole."""
+    tables, expectations = result["tables"], result.get("expectations") or {}
+    ctx.store.set_summary(ctx.run_id, {**tables, "_expectations": expectations})
+    mismatched = {t: r["outcome"]["by_status"].get("mismatch", 0) for t, r in tables.items()}
+    schema = {t: r["outcome"]["schema"] for t, r in tables.items() if r["outcome"].get("schema")}
+    incomplete = [t for t, r in tables.items() if not r["outcome"]["complete"] and t not in schema]
     if incomplete:
         return ctx.store.finish(ctx.run_id, FAILED, f"not checked whole: {', '.join(incomplete)}")
-    if any(mismatched.values()) or schema:
+    failed = [f"{f['expectation']}({f['column']}): {f['unexpected']}" for f in expectations.get("failed", [])]
+    if any(mismatched.values()) or schema or failed:
+        diffs = len(ctx.store.diffs(ctx.run_id))
         parts = [f"{t}: {n} chunks differ" for t, n in mismatched.items() if n] + list(schema.values())
-        detail = f"{diffs} rows differ; " + "; ".join(parts)
+        if failed:
+            parts.append(f"expectations failed: {', '.join(failed)}")
         alerts.record(ctx.meta, "*", "consistency_mismatch",
-                      {"run_id": ctx.run_id, "rows": diffs, "tables": mismatched, "schema": schema})  # fmt: skip
-        return ctx.store.finish(ctx.run_id, DIFFERENCES, detail)
-    return ctx.store.finish(ctx.run_id, SUCCEEDED, "every zone holds the same rows")
+                      {"run_id": ctx.run_id, "rows": diffs, "tables": mismatched, "schema": schema,
+                       "expectations": failed, "data_docs": expectations.get("data_docs")})  # fmt: skip
+        return ctx.store.finish(ctx.run_id, DIFFERENCES, f"{diffs} rows differ; " + "; ".join(parts))
+    return ctx.store.finish(ctx.run_id, SUCCEEDED, "every zone holds the same rows; expectations passed")
 
 
 def fail(ctx: CheckContext, why: str) -> Check:

@@ -190,11 +190,12 @@ PAUSE_S = 30.0  # a longer wait between two chunk commits (a stop, a kill, a thr
 
 
 def summarize(tables, rows: list[dict]) -> dict:
-    """progress() from the chunk rows (pure). The rate is the rows landed between the first
-    and the last chunk commit of the latest stretch of work: a pause of over PAUSE_S
-    between two commits (the copy killed and resumed, or held by the throttle) starts a
-    new stretch, so a resumed copy's rate and ETA are its own pace, not an average over
-    the time it was down. The ETA assumes the chunks left hold as many rows each."""
+    """progress() from the chunk rows (pure). The rate is the rows committed after the
+    first chunk commit of the latest stretch of work, over the time from it to the last:
+    a pause of over PAUSE_S between two commits (the copy killed and resumed, or held by
+    the throttle) starts a new stretch, so a resumed copy's rate and ETA are its own
+    pace, not an average over the time it was down. The ETA assumes the chunks left
+    hold as many rows each."""
     empty = {"chunks": 0, "done": 0, "rows": 0, "first": None, "last": None}
     out: dict[str, dict] = {t: dict(empty) for t in tables}
     done: dict[str, list[tuple]] = {}
@@ -211,7 +212,8 @@ def summarize(tables, rows: list[dict]) -> dict:
         if stretch:
             t["first"], t["last"] = stretch[0][0], stretch[-1][0]
         span = (t["last"] - t["first"]).total_seconds() if stretch else 0.0
-        t["rate"] = sum(n for _, n in stretch) / span if span > 0 else None
+        # the rows committed after the stretch's first commit, over the time since it
+        t["rate"] = sum(n for at, n in stretch if at > stretch[0][0]) / span if span > 0 else None
         left = t["chunks"] - t["done"]
         per_chunk = t["rows"] / t["done"] if t["done"] else None
         t["eta_s"] = left * per_chunk / t["rate"] if left and t["rate"] and per_chunk is not None else None

@@ -71,7 +71,9 @@ class ZoneCheckStepOperator(BaseOperator):
             run = steps.finish(ctx, result)
         except CheckRefused as exc:
             raise AirflowFailException(f"{self.step}: {exc}") from exc
-        self.log.info("check %s %s: %s (`zonesync check report %s`)", run.run_id, run.status, run.detail, run.run_id)
+        docs = (run.summary.get("_expectations") or {}).get("data_docs")
+        self.log.info("check %s %s: %s (`zonesync check report %s`; Data Docs %s)", run.run_id, run.status,
+                      run.detail, run.run_id, docs)  # fmt: skip
         if run.status != "succeeded":
             raise AirflowFailException(f"check {run.run_id} {run.status}: {run.detail}")
         return run.status

@@ -6,6 +6,7 @@ mid-way resumed from the chunks it finished."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
@@ -61,7 +62,7 @@ def test_every_injected_difference_is_found_with_the_zone_that_is_right(spark, z
 
     found = {d["key"]: (d["right"], d["zones"]) for d in CheckStore(meta).diffs("chk-diffs")}
     assert found == EXPECTED
-    table = result[TABLE]
+    table = result["tables"][TABLE]
     assert table["rows"] == {"a": 3001, "b": 3000, "c": 2999}
     assert table["outcome"]["complete"] and table["outcome"]["chunks"] == 7
     # the chunk holding only id 80's late write differs by checksum, and settles
@@ -69,6 +70,9 @@ def test_every_injected_difference_is_found_with_the_zone_that_is_right(spark, z
     assert statuses[0] == "mismatch" and statuses[6] == "mismatch"  # ids 1..500; 3001.. (5000)
     assert table["bookkeeping"]["a"]["unknown_origin"] == 0 and table["bookkeeping"]["a"]["null_key"] == 0
     assert run.status == "differences" and "10 rows differ" in run.detail
+    failed = {(f["expectation"], f["column"]) for f in result["expectations"]["failed"]}
+    assert failed == {("expect_column_values_to_be_in_set", "status"),
+                      ("expect_column_values_to_be_in_set", "counts_equal")}  # fmt: skip
     alerts, _ = meta.run("SELECT kind, detail FROM alerts WHERE kind = 'consistency_mismatch' ORDER BY id DESC LIMIT 1")
     assert alerts and "chk-diffs" in alerts[0][1]
     values = {d["key"]: d["values"] for d in CheckStore(meta).diffs("chk-diffs")}
@@ -93,7 +97,7 @@ def test_equal_zones_pass_and_a_stopped_check_resumes_from_its_finished_chunks(s
     assert {c["chunk"]: c["done_at"] for c in chunks if c["chunk"] in first} == first  # not looked at again
     assert [c["status"] for c in chunks].count("match") == 6
     assert [d["key"] for d in CheckStore(meta).diffs("chk-resume")] == ["[2500]"]
-    assert result[TABLE]["outcome"]["complete"]
+    assert result["tables"][TABLE]["outcome"]["complete"]
 
     clean = context(meta, zones, "chk-clean")
     sql(zones["c"], "UPDATE check_types SET name = 'name 2500' WHERE id = 2500")
@@ -101,6 +105,11 @@ def test_equal_zones_pass_and_a_stopped_check_resumes_from_its_finished_chunks(s
     steps.record_start(clean)
     done = steps.finish(clean, consistency_check.run(spark, job_args(meta, zones, tmp_path, "chk-clean")))
     assert done.status == "succeeded" and CheckStore(meta).diffs("chk-clean") == []
+    gx = done.summary["_expectations"]
+    assert gx["success"] and gx["failed"] == []
+    site = Path(gx["data_docs"].removeprefix("file://"))
+    assert site.name == "index.html" and site.exists()
+    assert any("chk-clean" in str(p) for p in site.parent.rglob("*.html"))  # this run's validation page
 
 
 def test_differing_keys_keeps_only_keys_not_alike_everywhere(spark):
