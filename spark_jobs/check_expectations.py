@@ -53,13 +53,17 @@ def _suite(gx):
 
 
 def validate(spark, rows: list[tuple], project_dir: Path, run_id: str) -> dict:
-    """Run the checkpoint on `rows`; {success, failed expectations, Data Docs index}."""
+    """Run the checkpoint on `rows` in the GX project under `project_dir` (its gx/ folder);
+    {success, failed expectations, Data Docs index}."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
 
     project_dir.mkdir(parents=True, exist_ok=True)
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
     ctx = gx.get_context(mode="file", project_root_dir=str(project_dir))
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)  # no bars in task logs
     asset = ctx.data_sources.add_or_update_spark(name="zonesync").add_dataframe_asset(name="check_chunks")
     batch = asset.add_batch_definition_whole_dataframe("every chunk and zone")
     suite = ctx.suites.add_or_update(_suite(gx))

@@ -24,6 +24,7 @@ class TableCheck:
         self.spark, self.args, self.zones, self.endpoints = spark, args, zones, endpoints
         self.store, self.check, self.table, self.log = store, check, table, log
         self.names = list(zones)
+        self.rechecked = 0  # chunks whose checksums differed and were looked at again once settled
 
     def run(self) -> dict:
         conns = {z: connect_zone(self.zones, z) for z in self.names}
@@ -35,6 +36,7 @@ class TableCheck:
             plan = self._plan(conns[self.names[0]], key)
             self._checksums([c for c in plan if c["status"] == "pending"], columns, key)
             differ = [c for c in self.store.chunks(self.check.run_id, self.table) if c["status"] == "differ"]
+            self.rechecked = len(differ)
             if differ:
                 self._settle(conns)
                 self._checksums(differ, columns, key, again=True)
@@ -211,7 +213,8 @@ class TableCheck:
             for z in self.names
         }
         done = all(c["status"] in DONE for c in chunks)
-        outcome = {"chunks": len(chunks), "by_status": by_status, "complete": done and schema is None}
+        outcome = {"chunks": len(chunks), "by_status": by_status, "complete": done and schema is None,
+                   "rechecked": self.rechecked}  # fmt: skip
         if schema:
             outcome["schema"] = schema
         return {"rows": rows, "pairs": pair_summary(self.names, chunks), "bookkeeping": bookkeeping,

@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle-timeout-s", type=float, default=300.0)
     parser.add_argument("--max-lag-s", type=float, default=5.0, help="wait between waves while a zone lags more")
     parser.add_argument("--stop-after", type=int, default=0, help=argparse.SUPPRESS)  # tests: waves, then stop
-    parser.add_argument("--docs", help="Great Expectations project directory (default: gx/ beside --output)")
+    parser.add_argument("--docs", help="where the Great Expectations project (gx/) lives (default: beside --output)")
     parser.add_argument("--meta", help="mysql://user@host:port/db of the meta store (default: the dev env's)")
     add_zone_args(parser)
     args = parser.parse_args(argv)
@@ -95,7 +95,7 @@ def run(spark, args, log=print) -> dict:
     from spark_jobs import check_expectations
 
     rows = check_expectations.facts({t: store.chunks(args.run_id, t) for t in args.table}, list(zones))
-    docs = Path(args.docs) if getattr(args, "docs", None) else Path(args.output).parent / "gx"
+    docs = Path(args.docs) if getattr(args, "docs", None) else Path(args.output).parent
     expectations = check_expectations.validate(spark, rows, docs, args.run_id)
     verdict = "passed" if expectations["success"] else "FAILED"
     log(f"Great Expectations: {verdict}; Data Docs {expectations['data_docs']}")
