@@ -40,6 +40,7 @@ def build(meta, run_id: str, limit: int = 1000) -> dict:
         "created_at": str(run.created_at),
         "finished_at": None if run.finished_at is None else str(run.finished_at),
         "expectations": run.summary.get("_expectations"),
+        "event_counts": run.summary.get("_reconcile"),
         "differences": diffs,
         "differences_shown": len(diffs),
     }
@@ -66,6 +67,10 @@ def text(report: dict) -> str:
         lines.append(
             f"  Great Expectations: {'passed' if gx.get('success') else 'FAILED'}; Data Docs {gx.get('data_docs')}"
         )
+    for pair, c in sorted((report.get("event_counts") or {}).items()):
+        lines.append(f"  events {pair}: {c['ok']} of {c['partitions']} partitions reconciled (published "
+                     f"{c['published']:,} = committed {c['committed']:,}), {c['mismatch']} differ, "
+                     f"{c['not_comparable']} not comparable now")  # fmt: skip
     for t, info in report["tables"].items():
         rows = ", ".join(f"{z} {n:,}" for z, n in (info.get("rows") or {}).items())
         lines.append(f"  {t}: {info['progress']}; rows {rows or '-'}; chunks {info['chunks_by_status']}")

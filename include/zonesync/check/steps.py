@@ -89,23 +89,50 @@ def finish(ctx: CheckContext, result: dict) -> Check:
     Great Expectations suite passed; differences otherwise (with an alert); failed when a
     table could not be checked whole."""
     tables, expectations = result["tables"], result.get("expectations") or {}
-    ctx.store.set_summary(ctx.run_id, {**tables, "_expectations": expectations})
     mismatched = {t: r["outcome"]["by_status"].get("mismatch", 0) for t, r in tables.items()}
     schema = {t: r["outcome"]["schema"] for t, r in tables.items() if r["outcome"].get("schema")}
     incomplete = [t for t, r in tables.items() if not r["outcome"]["complete"] and t not in schema]
     if incomplete:
         return ctx.store.finish(ctx.run_id, FAILED, f"not checked whole: {', '.join(incomplete)}")
     failed = [f"{f['expectation']}({f['column']}): {f['unexpected']}" for f in expectations.get("failed", [])]
-    if any(mismatched.values()) or schema or failed:
+    counts = reconcile_counts(ctx)
+    ctx.store.set_summary(ctx.run_id, {**tables, "_expectations": expectations, "_reconcile": counts})
+    miscounted = sorted(pair for pair, c in counts.items() if c["mismatch"])
+    if any(mismatched.values()) or schema or failed or miscounted:
         diffs = len(ctx.store.diffs(ctx.run_id))
         parts = [f"{t}: {n} chunks differ" for t, n in mismatched.items() if n] + list(schema.values())
         if failed:
             parts.append(f"expectations failed: {', '.join(failed)}")
+        if miscounted:
+            parts.append(f"event counts differ: {', '.join(miscounted)} (`zonesync reconcile`)")
         alerts.record(ctx.meta, "*", "consistency_mismatch",
                       {"run_id": ctx.run_id, "rows": diffs, "tables": mismatched, "schema": schema,
                        "expectations": failed, "data_docs": expectations.get("data_docs")})  # fmt: skip
         return ctx.store.finish(ctx.run_id, DIFFERENCES, f"{diffs} rows differ; " + "; ".join(parts))
     return ctx.store.finish(ctx.run_id, SUCCEEDED, "every zone holds the same rows; expectations passed")
+
+
+def reconcile_counts(ctx: CheckContext) -> dict:
+    """Seed S002-10 in the report: per source -> target pair of the checked zones, the
+    partitions whose published and committed event counts were compared (ok), differ
+    (mismatch: alerted as count_mismatch) or are not comparable now (in flight)."""
+    from zonesync.apply.tools.reconcile import MISMATCH, OK, alert_differences, reconcile
+
+    zones = ctx.run().zones
+    out: dict[str, dict] = {}
+    for target in zones:
+        sources = [z for z in zones if z != target]
+        rows = _with(ctx, target, lambda conn, sources=sources: reconcile(ctx.meta, conn, sources))
+        alert_differences(ctx.meta, target, rows)
+        for r in rows:
+            c = out.setdefault(f"{r.source}->{target}", {"partitions": 0, "ok": 0, "mismatch": 0, "not_comparable": 0,
+                                                         "published": 0, "committed": 0})  # fmt: skip
+            c["partitions"] += 1
+            c["ok" if r.status == OK else "mismatch" if r.status == MISMATCH else "not_comparable"] += 1
+            if r.status in (OK, MISMATCH):
+                c["published"] += r.published or 0
+                c["committed"] += r.committed
+    return out
 
 
 def fail(ctx: CheckContext, why: str) -> Check:

@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from tests.integration.copy.conftest import zone_args
-from tests.support.replication import ZONES
+from tests.support.replication import ZONES, reset_state
 from tests.support.rules import BASE, meta_url, rules_doc
 from zonesync.check.request import CheckRequest
 from zonesync.check.steps import CheckContext
@@ -46,7 +46,7 @@ def sql(inst, *statements, fetch=False):
 @pytest.fixture
 def types_table(zones, meta):
     """check_types with the same `rows` rows in a, b and c (not replicated: each zone
-    written directly), declared in the rules; dropped after."""
+    written directly), declared in the rules, no replication state; dropped after."""
 
     def fill(rows: int) -> None:
         for z in ZONES:
@@ -55,6 +55,7 @@ def types_table(zones, meta):
                 f"'2026-01-01 10:00:00', seq / 4, UNHEX(CONCAT('00FF', HEX(seq))), 1, 1000 + seq "
                 f"FROM seq_1_to_{rows}")  # fmt: skip
 
+    reset_state(zones, meta)  # no replication state of an earlier test in the event counts
     tables = {**BASE["tables"], TABLE: {"column": "tenant_id", "function": "modulo", "buckets": 1024}}
     MetaStore(meta).publish_rules(rules_doc(tables=tables), f"test: {TABLE} is replicated")
     meta.run("DELETE FROM check_diffs")

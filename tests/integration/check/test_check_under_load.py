@@ -66,7 +66,15 @@ def test_writes_in_every_zone_raise_no_false_difference(cluster, guard_env, zone
     for run, result in outcomes:
         found = [(d["key"], d["right"], d["zones"]) for d in CheckStore(meta).diffs(run.run_id)]
         assert found == [(f"[{planted}]", "a", {"b": ["name"]})], found
+        # S002-10: the event counts of every direction, none differing
+        counts = run.summary["_reconcile"]
+        assert set(counts) == {f"{s}->{t}" for s in ZONES for t in ZONES if s != t}
+        assert not any(c["mismatch"] for c in counts.values()), counts
         statuses = result["tables"]["tenants"]["outcome"]["by_status"]
         assert statuses.get("mismatch") == 1 and result["tables"]["tenants"]["outcome"]["complete"], statuses
     # the writes made chunks differ at first, and they settled (else nothing under load was tested)
     assert sum(r["tables"]["tenants"]["outcome"]["rechecked"] for _, r in outcomes) > 2
+    # and once the writes stopped and replication caught up, the counts agree partition by partition
+    ctx = context(meta, zones, "chk-load-0", tables=("tenants",))
+    wait_until(lambda: all(c["ok"] > 0 and not c["mismatch"] for c in steps.reconcile_counts(ctx).values()), 60,
+               "every direction reconciled")  # fmt: skip

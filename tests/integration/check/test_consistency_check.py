@@ -107,6 +107,7 @@ def test_equal_zones_pass_and_a_stopped_check_resumes_from_its_finished_chunks(s
     assert done.status == "succeeded" and CheckStore(meta).diffs("chk-clean") == []
     gx = done.summary["_expectations"]
     assert gx["success"] and gx["failed"] == []
+    assert done.summary["_reconcile"] == {}  # no replication ran here: no partition to reconcile
     site = Path(gx["data_docs"].removeprefix("file://"))
     assert site.name == "index.html" and site.exists()
     assert any("chk-clean" in str(p) for p in site.parent.rglob("*.html"))  # this run's validation page
