@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import foundation, full_copy, guard, replication, switch
+from bench import consistency, foundation, full_copy, guard, replication, switch
 from bench.harness import BenchEnv, print_table
 
 SUITES = {
@@ -17,6 +17,7 @@ SUITES = {
     "replication": replication.run,
     "switch": switch.run,
     "copy": full_copy.run,
+    "check": consistency.run,
 }
 
 

@@ -53,7 +53,7 @@ with DAG(
         ),  # fmt: skip
         "chunk_rows": Param(50000, type="integer", minimum=100, maximum=10000000, description="Rows per chunk."),
         "rows": Param(True, type="boolean", description="Read and diff the rows of chunks that differ."),
-        "repair": Param(False, type="boolean", description="Re-send differing rows from their owner (not yet)."),
+        "repair": Param(False, type="boolean", description="Re-send differing rows (not built yet: refused)."),
         "reason": Param("scheduled", type="string", minLength=1, maxLength=500, description="Why (history)."),
         "parallel": Param(
             16, type="integer", minimum=1, maximum=256, description="Chunks per wave, each asked of every zone at once."

@@ -15,11 +15,12 @@ from zonesync.copy.chunks import predicate
 PAYLOAD = ("_zone", "_v", "_o", "_zs_hash")  # besides the key and the c_<column> texts
 
 
-def extract(spark, zones: dict, table: str, columns: list[tuple[str, str]], key: list[str], chunks: list[dict]):
+def extract(spark, zones: dict, table: str, columns: list[tuple[str, str]], key: list[str], chunks: list[dict],
+            nullable: set[str] | None = None):  # fmt: skip
     """One DataFrame of the chunks' rows in every zone, tagged with `_zone`."""
     from pyspark.sql import functions as F
 
-    relation = check_sql.rows_relation(table, columns, key)
+    relation = check_sql.rows_relation(table, columns, key, nullable)
     predicates = [predicate(key, c["lo"], c["hi"]) for c in chunks]
     frames = [
         spark.read.jdbc(url, relation, predicates=predicates, properties=props).withColumn("_zone", F.lit(name))

@@ -24,6 +24,7 @@ class TableCheck:
         self.spark, self.args, self.zones, self.endpoints = spark, args, zones, endpoints
         self.store, self.check, self.table, self.log = store, check, table, log
         self.names = list(zones)
+        self.nullable: set[str] | None = None  # set by _columns
         self.rechecked = 0  # chunks whose checksums differed and were looked at again once settled
 
     def run(self) -> dict:
@@ -50,16 +51,18 @@ class TableCheck:
 
     # -- what is compared ------------------------------------------------------
     def _columns(self, conns) -> list[tuple[str, str]] | str:
-        """The table's (column, type) pairs, the same in every zone; else what differs."""
+        """The table's (column, type) pairs, the same in every zone (names, types and
+        nullability: the row hash marks NULLs of the nullable columns only); else what
+        differs. Sets self.nullable."""
         seen = {}
         for z, conn in conns.items():
             with conn.cursor() as cur:
                 cur.execute(
-                    "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
-                    "AND TABLE_NAME = %s ORDER BY COLUMN_NAME",
+                    "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s ORDER BY COLUMN_NAME",
                     (self.table,),
                 )
-                seen[z] = [(c, t.lower()) for c, t in cur.fetchall()]
+                seen[z] = [(c, t.lower(), n) for c, t, n in cur.fetchall()]
             conn.commit()
         first = self.names[0]
         absent = [z for z, cols in seen.items() if not cols]
@@ -69,7 +72,8 @@ class TableCheck:
             if cols != seen[first]:
                 only = sorted(set(cols) ^ set(seen[first]))
                 return f"{self.table}'s columns differ between {first} and {z}: {only[:6]}"
-        return [(c, t.split("(")[0].split(" ")[0]) for c, t in seen[first]]
+        self.nullable = {c for c, _, n in seen[first] if n == "YES"}
+        return [(c, t.split("(")[0].split(" ")[0]) for c, t, _ in seen[first]]
 
     def _key(self, conn) -> list[str]:
         with conn.cursor() as cur:
@@ -109,7 +113,11 @@ class TableCheck:
                 wait_for_lag(meta, "", self.args.max_lag_s, self.log)
             wave = chunks[i : i + self.args.parallel]
             queries = [
-                (f"{c['chunk']}:{z}", zi, check_sql.chunk_checksum(self.table, columns, key, c["lo"], c["hi"], ids))
+                (
+                    f"{c['chunk']}:{z}",
+                    zi,
+                    check_sql.chunk_checksum(self.table, columns, key, c["lo"], c["hi"], ids, self.nullable),
+                )
                 for c in wave
                 for zi, z in enumerate(self.names)
             ]
@@ -162,7 +170,7 @@ class TableCheck:
             self.store.record_chunks(self.check.run_id, self.table,
                                      {c["chunk"]: ("mismatch", c["zones"]) for c in chunks})  # fmt: skip
             return
-        df = check_rows.extract(self.spark, self.zones, self.table, columns, key, chunks)
+        df = check_rows.extract(self.spark, self.zones, self.table, columns, key, chunks, self.nullable)
         found = check_rows.differing_keys(df, key, len(self.names)).collect()
         deleted = self._deleted_after_cut(conns)
         owners = _Owners(self.store.meta, self.check.rules_version, self.table)
@@ -208,7 +216,6 @@ class TableCheck:
                     default=None,
                 ),  # fmt: skip
                 "unknown_origin": sum(c["zones"][z][3] for c in chunks if c["zones"].get(z)),
-                "null_key": sum(c["zones"][z][4] for c in chunks if c["zones"].get(z)),
             }
             for z in self.names
         }
@@ -222,7 +229,7 @@ class TableCheck:
 
 
 def _numbers(cols: list[str]) -> list:
-    """A chunk's numbers in one zone: [rows, checksum, min version, unknown origins, NULL keys]."""
+    """A chunk's numbers in one zone: [rows, checksum, min version, rows of an unknown origin]."""
     out = []
     for v in cols:
         out.append(None if v == "\\N" else int(v))

@@ -24,7 +24,12 @@ def zone_numbers(spark, endpoints, queries: list[tuple[str, int, str]]) -> dict[
     elements = spark._jvm.java.util.ArrayList()
     for tag, zone, sql in queries:
         elements.add(f"{tag}\t{zone}\t{sql}")
-    rdd = spark.sparkContext._jsc.parallelize(elements, len(queries))
+    # a few partitions per executor core, each running its queries one after another on
+    # one connection per zone: a task and a connection per query cost as much as a
+    # 50k-row chunk's checksum. Queries come chunk by chunk, zone by zone, so each
+    # partition keeps every zone busy in turn.
+    slices = max(1, min(len(queries), 2 * spark.sparkContext.defaultParallelism))
+    rdd = spark.sparkContext._jsc.parallelize(elements, slices)
     out = {}
     for line in rdd.mapPartitions(spark._jvm.zonesync.spark.ZoneQueries(endpoints)).collect():
         tag, *cols = str(line).split("\t")

@@ -26,7 +26,7 @@ TABLES = {"tenants": None, "orders": None}
         (CheckRequest(tables=("x; drop",)), "tables: 'x; drop' is not a plain table name"),
         (CheckRequest(chunk_rows=5), "chunk_rows: 5 is out of range; use 100..10000000"),
         (CheckRequest(chunk_rows=True), "chunk_rows: True is out of range"),
-        (CheckRequest(rows=False, repair=True), "repair: needs rows on"),
+        (CheckRequest(repair=True), "repair: not available yet"),
         (CheckRequest(reason=" "), "reason: say why"),
     ],
 )
@@ -41,14 +41,18 @@ def test_an_empty_request_means_every_zone_and_every_replicated_table():
     assert (got.zones, got.tables) == (("a", "b", "c"), ("orders", "tenants"))
 
 
-def test_binary_columns_are_hashed_byte_for_byte_and_nulls_apart_from_every_value():
+def test_rows_are_hashed_as_the_server_concatenates_them_and_nulls_apart_from_every_value():
     cols = [("v", "varchar"), ("b", "blob"), ("_zs_origin", "smallint"), ("_zs_version", "bigint")]
     text = sql.row_hash(cols)
-    # name order, binary as HEX, others as text, and the NULL bitmap last
+    # name order, every value as the concatenation renders it, and the NULL bitmap last
     assert text == (
-        "CRC32(CONCAT_WS('#', CAST(`_zs_origin` AS CHAR), CAST(`_zs_version` AS CHAR), HEX(`b`), CAST(`v` AS CHAR), "
+        "CRC32(CONCAT_WS('#', `_zs_origin`, `_zs_version`, `b`, `v`, "
         "CONCAT(ISNULL(`_zs_origin`), ISNULL(`_zs_version`), ISNULL(`b`), ISNULL(`v`))))"
     )
+    # the bitmap marks only the nullable columns; none nullable, no bitmap
+    assert sql.row_hash(cols, {"b"}).endswith("`v`, CONCAT(ISNULL(`b`))))")
+    assert sql.row_hash(cols, set()) == "CRC32(CONCAT_WS('#', `_zs_origin`, `_zs_version`, `b`, `v`))"
+    assert sql.canonical("b", "BLOB") == "HEX(`b`)" and sql.canonical("v", "varchar") == "CAST(`v` AS CHAR)"
     q = sql.chunk_checksum("t", cols, ["id"], [10], [20], [3, 1, 2])
     assert "WHERE `id` > 10 AND `id` <= 20" in q and "NOT IN (1, 2, 3)" in q
     with pytest.raises(ValueError, match="lacks the bookkeeping columns _zs_version"):
@@ -103,7 +107,7 @@ def test_a_difference_a_write_after_the_cut_explains_is_in_flight():
         (["check", "--zones", "A,b"], "zonesync check: --zones: 'A' is not a zone name"),
         (["check", "--tables", "x y"], "zonesync check: --tables: 'x y' is not a plain table name"),
         (["check", "--chunk-rows", "5"], "zonesync check: --chunk-rows: 5 is out of range"),
-        (["check", "--no-rows", "--repair"], "zonesync check: --repair: needs rows on"),
+        (["check", "--repair"], "zonesync check: --repair: not available yet"),
         (["check", "--parallel", "0"], "zonesync check: --parallel: 0 is out of range; use 1..256"),
         (["check", "frobnicate"], "zonesync check: unknown arguments 'frobnicate'"),
     ],
