@@ -73,3 +73,13 @@ def cli_on_cluster(cluster, monkeypatch):
     monkeypatch.setattr(transport, "topic", cluster.topic)
     monkeypatch.setenv("ZONESYNC_KAFKA_PARTITIONS", str(cluster.partitions))
     return cluster
+
+
+@pytest.fixture(scope="session")
+def standalone(tmp_path_factory):
+    """A Spark standalone cluster (master and worker on 127.0.0.1) for the jobs' cluster tests."""
+    from tests.support.spark_cluster import StandaloneCluster
+
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone")).start()
+    yield cluster
+    cluster.stop()

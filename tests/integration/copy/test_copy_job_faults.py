@@ -13,20 +13,13 @@ import pytest
 from tests.integration.copy.conftest import zone_args
 from tests.support.background import wait_until
 from tests.support.replication import checksum, reset_state
-from tests.support.spark_cluster import StandaloneCluster, submit
+from tests.support.spark_cluster import submit
 from zonesync.copy import chunks
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 JOB = Path(__file__).resolve().parents[3] / "spark_jobs" / "full_copy.py"
 ROWS, CHUNK = 30_000, 1_000
-
-
-@pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone")).start()
-    yield cluster
-    cluster.stop()
 
 
 @pytest.fixture
