@@ -5,18 +5,18 @@ re-run of the same run id goes on where the last one stopped."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import time
 
 from spark_jobs import check_rows
 from spark_jobs.check_zones import compare, connect_zone, pair_summary, zone_numbers
+from spark_jobs.copy_waves import Planner
 from zonesync.check import diff as check_diff
 from zonesync.check import sql as check_sql
 from zonesync.check.store import DONE
 from zonesync.copy import chunks as chunk_plan
 from zonesync.copy.throttle import wait_for_lag
 from zonesync.events import pk_text
-
-PLAN_BATCH = 200  # plan rows written to meta per transaction
 
 
 class TableCheck:
@@ -34,13 +34,19 @@ class TableCheck:
             if isinstance(columns, str):
                 return self._finish([], schema=columns)
             key = self._key(conns[self.names[0]])
-            plan = self._plan(conns[self.names[0]], key)
-            self._checksums([c for c in plan if c["status"] == "pending"], columns, key)
+            stored = self.store.chunks(self.check.run_id, self.table)
+            planner = Planner(self.table, stored, chunk_plan.complete(stored), self._extend(key),
+                              lambda c: c["status"] == "pending", self.log)  # fmt: skip
+            try:
+                self._checksums(planner, columns, key)
+            finally:
+                planner.close()
             differ = [c for c in self.store.chunks(self.check.run_id, self.table) if c["status"] == "differ"]
             self.rechecked = len(differ)
             if differ:
                 self._settle(conns)
-                self._checksums(differ, columns, key, again=True)
+                for i in range(0, len(differ), self.args.parallel):
+                    self._wave(differ[i : i + self.args.parallel], columns, key)
                 still = [c for c in self.store.chunks(self.check.run_id, self.table) if c["status"] == "differ"]
                 if still:
                     self._rows(conns, still, columns, key)
@@ -85,53 +91,60 @@ class TableCheck:
             raise SystemExit(f"--table {self.table}: the check needs an integer primary key (has {key or 'none'})")
         return [c for c, _ in key]
 
-    # -- 1. plan -----------------------------------------------------------------
-    def _plan(self, conn, key: list[str]) -> list[dict]:
-        """The stored plan, completed from its last chunk when a run stopped mid-plan."""
-        run_id = self.check.run_id
-        stored = self.store.chunks(run_id, self.table)
-        if chunk_plan.complete(stored):
-            return stored
-        n, lo = len(stored), (stored[-1]["hi"] if stored else None)
-        batch = []
-        for hi in [*chunk_plan.bounds_after(conn, self.table, key, self.check.chunk_rows, lo), None]:
-            batch.append((n, lo, hi))
-            n, lo = n + 1, hi
-            if len(batch) >= PLAN_BATCH:
-                self.store.add_chunks(run_id, self.table, batch)
-                batch = []
-        self.store.add_chunks(run_id, self.table, batch)
-        return self.store.chunks(run_id, self.table)
+    # -- 1. plan ---------------------------------------------------------------
+    def _extend(self, key: list[str]):
+        """The planner's work (copy_waves.Planner runs it on a thread while the first waves
+        are checked): chunk bounds over the first zone's keys after the stored plan, each
+        stored in meta as found. A chunk stored already (a job killed while its retry runs)
+        keeps its bounds, and planning goes on from its upper one."""
+
+        def extend(stored: list[dict], found) -> None:
+            conn = connect_zone(self.zones, self.names[0])
+            try:
+                n, lo = len(stored), (stored[-1]["hi"] if stored else None)
+                while True:
+                    bounds = chunk_plan.bounds_after(conn, self.table, key, self.check.chunk_rows, lo)
+                    for bound in itertools.chain(bounds, [None]):  # each as found, then +inf
+                        hi = self.store.add_chunk(self.check.run_id, self.table, n, lo, bound)
+                        found({"table": self.table, "chunk": n, "lo": lo, "hi": hi, "status": "pending",
+                               "rows_read": 0, "zones": {}, "done_at": None})  # fmt: skip
+                        n, lo = n + 1, hi
+                        if hi is None:
+                            return
+                        if hi != bound:
+                            break
+            finally:
+                conn.close()
+
+        return extend
 
     # -- 2. checksums ------------------------------------------------------------
-    def _checksums(self, chunks: list[dict], columns, key, again: bool = False) -> None:
-        ids = list(self.zone_ids.values())
-        meta = self.store.meta
+    def _checksums(self, planner: Planner, columns, key) -> None:
         waves = 0
-        for i in range(0, len(chunks), self.args.parallel):
+        while wave := planner.next_wave(self.args.parallel):
             if self.args.max_lag_s:
-                wait_for_lag(meta, "", self.args.max_lag_s, self.log)
-            wave = chunks[i : i + self.args.parallel]
-            queries = [
-                (
-                    f"{c['chunk']}:{z}",
-                    zi,
-                    check_sql.chunk_checksum(self.table, columns, key, c["lo"], c["hi"], ids, self.nullable),
-                )
-                for c in wave
-                for zi, z in enumerate(self.names)
-            ]
-            got = zone_numbers(self.spark, self.endpoints, queries)
-            results = {}
-            for c in wave:
-                numbers = {z: _numbers(got[f"{c['chunk']}:{z}"]) for z in self.names}
-                results[c["chunk"]] = (compare(numbers), numbers)
-            self.store.record_chunks(self.check.run_id, self.table, results)
+                wait_for_lag(self.store.meta, "", self.args.max_lag_s, self.log)
+            self._wave(wave, columns, key)
             waves += 1
-            if not again:
-                self._progress()
-            if self.args.stop_after and waves >= self.args.stop_after and not again:
+            self._progress(planning=not planner.finished)
+            if self.args.stop_after and waves >= self.args.stop_after:
                 raise SystemExit(f"stopped after {waves} waves (--stop-after)")
+
+    def _wave(self, wave: list[dict], columns, key) -> None:
+        """Every zone's numbers for the wave's chunks, compared and stored together."""
+        ids = list(self.zone_ids.values())
+        queries = [
+            (f"{c['chunk']}:{z}", zi,
+             check_sql.chunk_checksum(self.table, columns, key, c["lo"], c["hi"], ids, self.nullable))
+            for c in wave
+            for zi, z in enumerate(self.names)
+        ]  # fmt: skip
+        got = zone_numbers(self.spark, self.endpoints, queries)
+        results = {}
+        for c in wave:
+            numbers = {z: _numbers(got[f"{c['chunk']}:{z}"]) for z in self.names}
+            results[c["chunk"]] = (compare(numbers), numbers)
+        self.store.record_chunks(self.check.run_id, self.table, results)
 
     @property
     def zone_ids(self) -> dict[str, int]:
@@ -141,11 +154,11 @@ class TableCheck:
             self._zone_ids = MetaStore(self.store.meta).zones()
         return self._zone_ids
 
-    def _progress(self) -> None:
+    def _progress(self, planning: bool) -> None:
         rows = [{**c, "status": "pending" if c["status"] == "pending" else "done"}
                 for c in self.store.chunks(self.check.run_id, self.table)]  # fmt: skip
         p = chunk_plan.summarize((self.table,), rows)[self.table]
-        self.log(f"{self.table}: {chunk_plan.progress_text(p)}")
+        self.log(f"{self.table}: {chunk_plan.progress_text(p)}{', still planning' if planning else ''}")
 
     # -- 3. settle ---------------------------------------------------------------
     def _settle(self, conns) -> None:

@@ -12,40 +12,31 @@ from spark_jobs.common import db_connect
 
 
 class Planner:
-    """The table's chunks: those the target keeps from an earlier attempt, and, until the
-    plan reaches +inf, the rest planned on a thread of its own (zonesync.copy.chunks
-    extend_plan, each chunk written to the target as found) while the first waves copy:
-    planning a 10M-row table walks 10M keys, about 2 s here."""
+    """A table's chunks: those stored by an earlier attempt, and, until the plan reaches
+    +inf, the rest planned on a thread of its own by `extend(stored, found)` (each chunk
+    stored as found, then handed to `found`) while the first waves run: planning a
+    10M-row table walks 10M keys, about 2 s here. `pending(chunk)` says which stored
+    chunks still need work. The full copy's and the consistency check's jobs share it."""
 
-    def __init__(self, src_url: str, src_props: dict, dst_url: str, dst_props: dict, run_id: str, table: str,
-                 key: list[str], chunk_rows: int, stored: list[dict], log=print):  # fmt: skip
-        from zonesync.copy import chunks as chunk_plan
-
-        self.src, self.dst = (src_url, src_props), (dst_url, dst_props)
-        self.run_id, self.table, self.key, self.chunk_rows, self.log = run_id, table, key, chunk_rows, log
+    def __init__(self, table: str, stored: list[dict], complete: bool, extend, pending, log=print):
+        self.table, self.log, self.pending = table, log, pending
         self.chunks, self.next = list(stored), 0
         self.cond = threading.Condition()
         self.failed: BaseException | None = None
-        self.finished = chunk_plan.complete(stored)
+        self.finished = complete
         self.thread = None
-        if not self.finished:
-            self.thread = threading.Thread(target=self._plan, args=(stored,), name="copy-planner", daemon=True)
+        if not complete:
+            self.thread = threading.Thread(target=self._plan, args=(extend, stored), name="planner", daemon=True)
             self.thread.start()
 
-    def _plan(self, stored: list[dict]) -> None:
-        from zonesync.copy import chunks as chunk_plan
-
-        src, dst = db_connect(*self.src), db_connect(*self.dst)
+    def _plan(self, extend, stored: list[dict]) -> None:
         began = time.monotonic()
         try:
-            chunk_plan.extend_plan(dst, src, self.run_id, self.table, self.key, self.chunk_rows, stored,
-                                   found=self._found)  # fmt: skip
+            extend(stored, self._found)
             self.log(f"{self.table}: {len(self.chunks)} chunks planned in {time.monotonic() - began:.1f} s")
         except BaseException as exc:  # noqa: BLE001 - raised in the driver by next_wave
             self.failed = exc
         finally:
-            src.close()
-            dst.close()
             with self.cond:
                 self.finished = True
                 self.cond.notify_all()
@@ -69,13 +60,30 @@ class Planner:
                     break
                 chunk = self.chunks[self.next]
                 self.next += 1
-                if chunk["status"] != "done":
+                if self.pending(chunk):
                     wave.append(chunk)
         return wave
 
     def close(self) -> None:
         if self.thread is not None:
             self.thread.join()
+
+
+def copy_planner(src: tuple[str, dict], dst: tuple[str, dict], run_id: str, table: str, key: list[str],
+                 chunk_rows: int, stored: list[dict], log=print) -> Planner:  # fmt: skip
+    """The full copy's plan: over the source's keys, kept in the target's copy_chunks
+    (zonesync.copy.chunks.extend_plan); a chunk not done is pending."""
+    from zonesync.copy import chunks as chunk_plan
+
+    def extend(stored: list[dict], found) -> None:
+        source, target = db_connect(*src), db_connect(*dst)
+        try:
+            chunk_plan.extend_plan(target, source, run_id, table, key, chunk_rows, stored, found=found)
+        finally:
+            source.close()
+            target.close()
+
+    return Planner(table, stored, chunk_plan.complete(stored), extend, lambda c: c["status"] != "done", log)
 
 
 class Gate:

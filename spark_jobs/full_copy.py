@@ -28,7 +28,7 @@ if __package__ in (None, ""):  # run by spark-submit as a file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
 from spark_jobs.common import IDENT, add_zone_args, build_session, db_connect, zone_props  # noqa: E402
-from spark_jobs.copy_waves import Gate, Planner  # noqa: E402
+from spark_jobs.copy_waves import Gate, Planner, copy_planner  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -163,8 +163,8 @@ class TableCopy:
             self.columns = [c for c, _ in _columns(dst, self.dst_db, table)]
             self.stage = stage_name(args.run_id, table)
             stored = chunk_plan.read(dst, args.run_id, table)
-            planner = Planner(self.src_url, self.src_props, self.dst_url, self.dst_props, args.run_id, table,
-                              self.key, args.chunk_rows, stored, self.log)  # fmt: skip
+            planner = copy_planner((self.src_url, self.src_props), (self.dst_url, self.dst_props), args.run_id, table,
+                                   self.key, args.chunk_rows, stored, self.log)  # fmt: skip
             self.done, self.started = sum(c["status"] == "done" for c in stored), time.monotonic()
             before = self._progress(dst)["rows"]
             self._waves(planner, dst)

@@ -129,16 +129,21 @@ class CheckStore:
             for n, lo, hi, st, rm, zj, done in rows
         ]  # fmt: skip
 
-    def add_chunks(self, run_id: str, table: str, bounds: list[tuple[int, object, object]]) -> None:
-        """Plan rows (chunk number, lo, hi); a chunk stored already keeps its bounds."""
-        if not bounds:
-            return
+    def add_chunk(self, run_id: str, table: str, n: int, lo, hi):
+        """Store chunk n as (lo, hi) unless it is stored already; the upper bound it has."""
         with self.meta.transaction() as cur:
-            cur.executemany(
+            cur.execute(
                 "INSERT IGNORE INTO check_chunks (run_id, table_name, chunk_no, lo, hi) VALUES (%s, %s, %s, %s, %s)",
-                [(run_id, table, n, None if lo is None else json.dumps(lo), None if hi is None else json.dumps(hi))
-                 for n, lo, hi in bounds],
-            )  # fmt: skip
+                (run_id, table, n, None if lo is None else json.dumps(lo), None if hi is None else json.dumps(hi)),
+            )
+            if cur.rowcount == 0:
+                cur.execute(
+                    "SELECT hi FROM check_chunks WHERE run_id = %s AND table_name = %s AND chunk_no = %s",
+                    (run_id, table, n),
+                )
+                (stored,) = cur.fetchone()
+                hi = None if stored is None else json.loads(stored)
+        return hi
 
     def record_chunks(self, run_id: str, table: str, results: dict[int, tuple[str, dict]]) -> None:
         """{chunk: (status, {zone: numbers})} of one wave, committed together."""
