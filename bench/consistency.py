@@ -34,14 +34,15 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
-from bench.harness import BenchEnv, Row, settle
+from bench.harness import BenchEnv, Row, run_job, settle
 from zonesync import jvm
 from zonesync.dev import env as dev_env
 
 CHECK_ROWS = int(os.environ.get("ZONESYNC_BENCH_CHECK_ROWS", 10_000_000))
 CHECK_REPS = int(os.environ.get("ZONESYNC_BENCH_CHECK_REPS", 2))
+# the check's chunk size and chunks per wave (the DAG's defaults unless set)
+CHECK_CHUNK_ROWS = int(os.environ.get("ZONESYNC_BENCH_CHECK_CHUNK_ROWS", 50_000))
+CHECK_PARALLEL = int(os.environ.get("ZONESYNC_BENCH_CHECK_PARALLEL", 16))
 if not (1_000 <= CHECK_ROWS <= 10_000_000 and CHECK_REPS >= 1):
     raise SystemExit("ZONESYNC_BENCH_CHECK_ROWS: 1000..10000000; ZONESYNC_BENCH_CHECK_REPS: at least 1")
 JOB = Path(__file__).resolve().parents[1] / "spark_jobs" / "consistency_check.py"
@@ -115,7 +116,7 @@ def _check_run(env: BenchEnv, run_id: str, workdir: Path) -> tuple[float, float]
 
     meta = dev_env.meta_config(env.cfg)
     inst = env.instances
-    ctx = steps.CheckContext(meta, run_id, CheckRequest(tables=(TABLE,), reason="bench"),
+    ctx = steps.CheckContext(meta, run_id, CheckRequest(tables=(TABLE,), chunk_rows=CHECK_CHUNK_ROWS, reason="bench"),
                              lambda z: inst[z].connect("zonesync_app"), actor="bench")  # fmt: skip
     steps.preflight(ctx)
     steps.record_start(ctx)
@@ -126,27 +127,14 @@ def _check_run(env: BenchEnv, run_id: str, workdir: Path) -> tuple[float, float]
            "--jars", jvm.jars_option(), "--driver-class-path", jvm.class_path(), "--conf", "spark.ui.enabled=false",
            *[a for k, v in jvm.driver_conf().items() for a in ("--conf", f"{k}={v}")],
            str(JOB), "--run-id", run_id, "--table", TABLE, "--settle-timeout-s", "1", "--max-lag-s", "0",
+           "--parallel", str(CHECK_PARALLEL),
            "--meta", f"mysql://{meta.user}@{meta.host}:{meta.port}/{meta.database}",
            "--output", str(workdir / f"{run_id}.json"),
            *[a for z in ("a", "b", "c") for a in ("--zone", f"{z}=jdbc:mysql://127.0.0.1:{inst[z].port}/zonesync_app")],
            ]  # fmt: skip
     env_vars = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable,
                     ZONESYNC_STATE_DIR=str(env.cfg.state_dir), ZONESYNC_BASE_PORT=str(env.cfg.meta_port))  # fmt: skip
-    log = open(workdir / f"{run_id}.log", "wb")  # noqa: SIM115
-    started, peak = time.monotonic(), 0.0
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env_vars)
-    while proc.poll() is None:
-        try:
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree) / 2**20)
-        except psutil.Error:
-            pass
-        time.sleep(0.2)
-    took = time.monotonic() - started
-    log.close()
-    if proc.returncode != 0:
-        tail = (workdir / f"{run_id}.log").read_text(errors="replace").splitlines()
-        raise RuntimeError(f"consistency_check failed: {[t for t in tail if 'Error' in t][:5] or tail[-5:]}")
+    took, peak = run_job(cmd, env_vars, workdir / f"{run_id}.log", "consistency_check")
     import json
 
     steps.finish(ctx, json.loads((workdir / f"{run_id}.json").read_text()))

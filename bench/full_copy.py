@@ -43,9 +43,7 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
-from bench.harness import BenchEnv, Row, settle
+from bench.harness import BenchEnv, Row, run_job, settle
 from zonesync import jvm
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.dev import env as dev_env
@@ -157,24 +155,7 @@ def _spark_copy(a, b, run_id: str, workdir: Path) -> tuple[float, float]:
            "--zone", f"a=jdbc:mysql://127.0.0.1:{a.port}/zonesync_app", "--zone",
            f"b=jdbc:mysql://127.0.0.1:{b.port}/zonesync_app", "--output", str(workdir / f"{run_id}.json")]  # fmt: skip
     env = dict(os.environ, SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable)
-    started = time.monotonic()
-    log = open(workdir / f"{run_id}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    peak = 0.0
-    while proc.poll() is None:
-        try:
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree) / 2**20)
-        except psutil.Error:
-            pass
-        time.sleep(0.2)
-    took = time.monotonic() - started
-    log.close()
-    if proc.returncode != 0:
-        tail = (workdir / f"{run_id}.log").read_text(errors="replace").splitlines()
-        errors = [line for line in tail if "Error" in line or "Exception" in line][:5]
-        raise RuntimeError(f"full_copy failed: {' | '.join(errors) or tail[-5:]}")
-    return took, peak
+    return run_job(cmd, env, workdir / f"{run_id}.log", "full_copy")
 
 
 NOOP = """

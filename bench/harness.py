@@ -112,3 +112,29 @@ def settle(*instances, timeout: float = 90) -> float:
             _exec_one(inst, f"SET GLOBAL innodb_max_dirty_pages_pct = {float(pct)}")
     os.sync()
     return time.monotonic() - started
+
+
+def run_job(cmd: list[str], env: dict, log_path: Path, what: str) -> tuple[float, float]:
+    """Run a job (spark-submit, …) to its end, its output in `log_path`: (seconds, peak RSS
+    MiB of its whole process tree, sampled every 0.2 s); RuntimeError naming `what` and
+    the log's error lines when it fails."""
+    import subprocess
+
+    import psutil
+
+    started, peak = time.monotonic(), 0.0
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        while proc.poll() is None:
+            try:
+                tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree) / 2**20)
+            except psutil.Error:
+                pass
+            time.sleep(0.2)
+    took = time.monotonic() - started
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace").splitlines()
+        errors = [line for line in tail if "Error" in line or "Exception" in line][:5]
+        raise RuntimeError(f"{what} failed: {' | '.join(errors) or tail[-5:]}")
+    return took, peak

@@ -64,6 +64,12 @@ def build_session(app_name: str):
         SparkSession.builder.appName(app_name)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
+        # a job per wave: keep the status of the last few, not of the last thousand (the
+        # driver's memory then stays flat however many waves a large table takes)
+        .config("spark.ui.retainedJobs", "50")
+        .config("spark.ui.retainedStages", "50")
+        .config("spark.ui.retainedTasks", "5000")
+        .config("spark.sql.ui.retainedExecutions", "20")
         .getOrCreate()
     )
 
