@@ -124,8 +124,7 @@ def _check_run(env: BenchEnv, run_id: str, workdir: Path) -> tuple[float, float]
 
     home = Path(pyspark.__file__).resolve().parent
     cmd = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "512m",
-           "--jars", jvm.jars_option(), "--driver-class-path", jvm.class_path(), "--conf", "spark.ui.enabled=false",
-           *[a for k, v in jvm.driver_conf().items() for a in ("--conf", f"{k}={v}")],
+           *jvm.submit_options(),
            str(JOB), "--run-id", run_id, "--table", TABLE, "--settle-timeout-s", "1", "--max-lag-s", "0",
            "--parallel", str(CHECK_PARALLEL),
            "--meta", f"mysql://{meta.user}@{meta.host}:{meta.port}/{meta.database}",

@@ -148,8 +148,7 @@ def _spark_copy(a, b, run_id: str, workdir: Path) -> tuple[float, float]:
 
     home = Path(pyspark.__file__).resolve().parent
     cmd = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "512m",
-           "--jars", jvm.jars_option(), "--driver-class-path", jvm.class_path(), "--conf", "spark.ui.enabled=false",
-           *[a for k, v in jvm.driver_conf().items() for a in ("--conf", f"{k}={v}")],
+           *jvm.submit_options(),
            str(JOB), "--run-id", run_id, "--source", "a", "--target", "b", "--table", TABLE,
            "--chunk-rows", "50000",  # the job's (and the DAG's) default --parallel
            "--zone", f"a=jdbc:mysql://127.0.0.1:{a.port}/zonesync_app", "--zone",
@@ -178,9 +177,8 @@ def _spark_floor(workdir: Path) -> float:
     best = float("inf")
     for _ in range(2):
         started = time.monotonic()
-        argv = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "512m", "--jars",
-                jvm.jars_option(), "--driver-class-path", jvm.class_path(), "--conf", "spark.ui.enabled=false",
-                *[a for k, v in jvm.driver_conf().items() for a in ("--conf", f"{k}={v}")], str(script)]  # fmt: skip
+        argv = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "512m",
+                *jvm.submit_options(), str(script)]  # fmt: skip
         subprocess.run(argv, env=env, capture_output=True, check=True)
         best = min(best, time.monotonic() - started)
     return best

@@ -4,18 +4,18 @@ re-run of the same run id goes on where the last one stopped."""
 
 from __future__ import annotations
 
-import datetime as dt
-import itertools
 import time
 
 from spark_jobs import check_rows
 from spark_jobs.check_zones import compare, connect_zone, pair_summary, zone_numbers
 from spark_jobs.copy_waves import Planner
 from zonesync.check import diff as check_diff
+from zonesync.check import report as check_report
 from zonesync.check import sql as check_sql
 from zonesync.check.store import DONE
 from zonesync.copy import chunks as chunk_plan
 from zonesync.copy.throttle import wait_for_lag
+from zonesync.copy.verify import recently_deleted
 from zonesync.events import pk_text
 
 
@@ -26,8 +26,12 @@ class TableCheck:
         self.names = list(zones)
         self.nullable: set[str] | None = None  # set by _columns
         self.rechecked = 0  # chunks whose checksums differed and were looked at again once settled
+        self.zone_ids: dict[str, int] = {}  # every zone's id (set by run)
 
     def run(self) -> dict:
+        from zonesync.meta.store import MetaStore
+
+        self.zone_ids = MetaStore(self.store.meta).zones()
         conns = {z: connect_zone(self.zones, z) for z in self.names}
         try:
             columns = self._columns(conns)
@@ -100,19 +104,11 @@ class TableCheck:
 
         def extend(stored: list[dict], found) -> None:
             conn = connect_zone(self.zones, self.names[0])
+            write = lambda n, lo, hi: self.store.add_chunk(self.check.run_id, self.table, n, lo, hi)  # noqa: E731
             try:
-                n, lo = len(stored), (stored[-1]["hi"] if stored else None)
-                while True:
-                    bounds = chunk_plan.bounds_after(conn, self.table, key, self.check.chunk_rows, lo)
-                    for bound in itertools.chain(bounds, [None]):  # each as found, then +inf
-                        hi = self.store.add_chunk(self.check.run_id, self.table, n, lo, bound)
-                        found({"table": self.table, "chunk": n, "lo": lo, "hi": hi, "status": "pending",
-                               "rows_read": 0, "zones": {}, "done_at": None})  # fmt: skip
-                        n, lo = n + 1, hi
-                        if hi is None:
-                            return
-                        if hi != bound:
-                            break
+                for n, lo, hi in chunk_plan.plan_after(conn, self.table, key, self.check.chunk_rows, stored, write):
+                    found({"table": self.table, "chunk": n, "lo": lo, "hi": hi, "status": "pending",
+                           "rows_read": 0, "zones": {}, "done_at": None})  # fmt: skip
             finally:
                 conn.close()
 
@@ -146,19 +142,9 @@ class TableCheck:
             results[c["chunk"]] = (compare(numbers), numbers)
         self.store.record_chunks(self.check.run_id, self.table, results)
 
-    @property
-    def zone_ids(self) -> dict[str, int]:
-        if not hasattr(self, "_zone_ids"):
-            from zonesync.meta.store import MetaStore
-
-            self._zone_ids = MetaStore(self.store.meta).zones()
-        return self._zone_ids
-
     def _progress(self, planning: bool) -> None:
-        rows = [{**c, "status": "pending" if c["status"] == "pending" else "done"}
-                for c in self.store.chunks(self.check.run_id, self.table)]  # fmt: skip
-        p = chunk_plan.summarize((self.table,), rows)[self.table]
-        self.log(f"{self.table}: {chunk_plan.progress_text(p)}{', still planning' if planning else ''}")
+        text = check_report.progress(self.table, self.store.chunks(self.check.run_id, self.table))
+        self.log(f"{self.table}: {text}{', still planning' if planning else ''}")
 
     # -- 3. settle ---------------------------------------------------------------
     def _settle(self, conns) -> None:
@@ -206,15 +192,7 @@ class TableCheck:
         self.log(f"{self.table}: {len(found)} keys differ in {len(chunks)} chunks, {len(diffs)} persist")
 
     def _deleted_after_cut(self, conns) -> dict[str, set[str]]:
-        since = dt.datetime.fromtimestamp(self.check.cut_us / 1_000_000, dt.UTC).replace(tzinfo=None)
-        out = {}
-        for z, conn in conns.items():
-            with conn.cursor() as cur:
-                cur.execute("SELECT pk FROM zonesync.tombstones WHERE table_name = %s AND deleted_at > %s",
-                            (self.table, since))  # fmt: skip
-                out[z] = {pk for (pk,) in cur.fetchall()}
-            conn.commit()
-        return out
+        return {z: recently_deleted(conn, self.table, self.check.cut_us) for z, conn in conns.items()}
 
     # -- the table's outcome -----------------------------------------------------
     def _finish(self, chunks: list[dict], schema: str | None = None) -> dict:

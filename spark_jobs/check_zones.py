@@ -3,7 +3,7 @@ answers itself (one row back), and the comparison of a chunk's numbers (pure).""
 
 from __future__ import annotations
 
-from spark_jobs.common import db_connect
+from spark_jobs.common import db_connect, jvm_endpoint
 
 
 def zone_endpoints(spark, zones: dict):
@@ -11,11 +11,7 @@ def zone_endpoints(spark, zones: dict):
     jvm, gateway = spark._jvm, spark.sparkContext._gateway
     out = gateway.new_array(jvm.zonesync.spark.ChunkCopier.Endpoint, len(zones))
     for i, (url, props) in enumerate(zones.values()):
-        jprops = jvm.java.util.Properties()
-        for k, v in {"user": props["user"], "password": props["password"], "sessionVariables": "time_zone='+00:00'",
-                     "tinyInt1isBit": "false", "yearIsDateType": "false"}.items():  # fmt: skip
-            jprops.setProperty(k, v)
-        out[i] = jvm.zonesync.spark.ChunkCopier.Endpoint(url, jprops)
+        out[i] = jvm_endpoint(spark, url, props, "time_zone='+00:00'")
     return out
 
 

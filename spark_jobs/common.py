@@ -74,6 +74,18 @@ def build_session(app_name: str):
     )
 
 
+def jvm_endpoint(spark, url: str, props: dict, session: str, **extra: str):
+    """A zone as the JVM code's connection endpoint (ChunkCopier.Endpoint): the JDBC URL,
+    the user and password of `props`, the session variables `session`, TINYINT(1) and
+    YEAR read as numbers, and any `extra` driver properties."""
+    jvm = spark._jvm
+    jprops = jvm.java.util.Properties()
+    for k, v in {"user": props["user"], "password": props["password"], "sessionVariables": session,
+                 "tinyInt1isBit": "false", "yearIsDateType": "false", **extra}.items():  # fmt: skip
+        jprops.setProperty(k, v)
+    return jvm.zonesync.spark.ChunkCopier.Endpoint(url, jprops)
+
+
 def read_table_partitioned(spark, url: str, props: dict, table: str, key: str, partitions: int):
     """Read `table` split into `partitions` ranges of the integer column `key`.
 

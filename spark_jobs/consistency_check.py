@@ -106,18 +106,8 @@ def run(spark, args, log=print) -> dict:
     return out
 
 
-def _import_in_background(module: str) -> None:
-    """Import `module` on a thread while the session starts and the zones compute (Great
-    Expectations takes about 3 s to import here); a later import waits for it."""
-    import importlib
-    import threading
-
-    threading.Thread(target=importlib.import_module, args=(module,), daemon=True).start()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    _import_in_background("great_expectations")
     started = time.monotonic()
     spark = build_session("zonesync-consistency-check")
     print(f"Spark session in {time.monotonic() - started:.1f} s", flush=True)

@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run by spark-submit as a file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from spark_jobs.common import IDENT, add_zone_args, build_session, db_connect, zone_props  # noqa: E402
+from spark_jobs.common import IDENT, add_zone_args, build_session, db_connect, jvm_endpoint, zone_props  # noqa: E402
 from spark_jobs.copy_waves import Gate, Planner, copy_planner  # noqa: E402
 
 
@@ -73,11 +73,7 @@ def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: s
     jvm, gateway = spark._jvm, spark.sparkContext._gateway
 
     def endpoint(url: str, props: dict, session: str):
-        jprops = jvm.java.util.Properties()
-        for k, v in {"user": props["user"], "password": props["password"], "sessionVariables": session,
-                     "useBulkStmts": "true", "tinyInt1isBit": "false", "yearIsDateType": "false"}.items():  # fmt: skip
-            jprops.setProperty(k, v)
-        return jvm.zonesync.spark.ChunkCopier.Endpoint(url, jprops)
+        return jvm_endpoint(spark, url, props, session, useBulkStmts="true")
 
     def array(kind, values: list):
         out = gateway.new_array(kind, len(values))

@@ -40,3 +40,10 @@ def driver_conf() -> dict[str, str]:
     """spark-submit --conf entries every zonesync job's driver runs with."""
     options = driver_java_options()
     return {"spark.driver.extraJavaOptions": options} if options else {}
+
+
+def submit_options() -> list[str]:
+    """spark-submit's options for a zonesync job: both jars, the driver's class path and
+    its class-data archive, no UI."""
+    conf = [a for k, v in driver_conf().items() for a in ("--conf", f"{k}={v}")]
+    return ["--jars", jars_option(), "--driver-class-path", class_path(), "--conf", "spark.ui.enabled=false", *conf]

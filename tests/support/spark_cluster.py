@@ -84,8 +84,7 @@ class StandaloneCluster:
 
 def submit(job: Path, args: list[str], master: str, log: Path, env: dict | None = None) -> subprocess.Popen:
     """spark-submit a job (client mode) as the leader of its own process group."""
-    cmd = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", master, "--jars", jvm.jars_option(),
-           "--driver-class-path", jvm.class_path(), "--conf", "spark.ui.enabled=false",
+    cmd = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", master, *jvm.submit_options(),
            "--conf", "spark.executor.memory=512m", str(job), *args]  # fmt: skip
     full_env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), PYSPARK_PYTHON=sys.executable, **(env or {}))
     full_env.pop("PYSPARK_DRIVER_PYTHON", None)

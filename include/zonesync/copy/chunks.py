@@ -117,29 +117,38 @@ def complete(stored: list[dict]) -> bool:
     return bool(stored) and stored[-1]["hi"] is None
 
 
-def extend_plan(target_conn, source_conn, run_id: str, table: str, cols: list[str], chunk_rows: int,
-                stored: list[dict], found=None) -> None:  # fmt: skip
-    """Plan the chunks after those `stored` (none: from the start), each written to the
-    target as soon as it is found, and handed to `found(chunk)`: the row copy starts on
-    the first chunks while the rest are planned, and a planner killed mid-way goes on
-    from the last chunk written. The last chunk, up to +inf, completes the plan.
+def plan_after(source_conn, table: str, cols: list[str], chunk_rows: int, stored: list[dict], write):
+    """The chunks after those `stored` (none: from the start) as (n, lo, hi), each stored
+    by `write(n, lo, hi)` (which returns the upper bound chunk n has once stored) before
+    it is yielded; the last chunk reaches +inf and completes the plan.
 
     Two planners may run on one run at once (a task killed while its Spark job lives on,
-    and the retry's job): the first to write chunk n wins, and a planner that finds n
-    already written adopts its bounds and plans on from its upper one, so every job
-    copies the stored chunks and the plan never has a gap or an overlap."""
+    and the retry's job): the first to store chunk n wins, and a planner that finds n
+    stored already adopts its bounds and plans on from its upper one, so every job works
+    through the stored chunks and the plan never has a gap or an overlap."""
     n, lo = len(stored), (stored[-1]["hi"] if stored else None)
     while True:
         for bound in _then_none(bounds_after(source_conn, table, cols, chunk_rows, lo)):
-            hi = _write_chunk(target_conn, run_id, table, n, lo, bound)
-            if found is not None:
-                found({"table": table, "chunk": n, "lo": lo, "hi": hi, "status": "pending", "rows_read": 0,
-                       "rows_landed": 0, "done_at": None})  # fmt: skip
+            hi = write(n, lo, bound)
+            yield n, lo, hi
             n, lo = n + 1, hi
             if hi is None:
                 return
             if hi != bound:  # another planner's chunk: plan on from its bound
                 break
+
+
+def extend_plan(target_conn, source_conn, run_id: str, table: str, cols: list[str], chunk_rows: int,
+                stored: list[dict], found=None) -> None:  # fmt: skip
+    """Plan the copy's chunks after those `stored` (plan_after), each written to the
+    target's copy_chunks as soon as it is found and handed to `found(chunk)`: the row
+    copy starts on the first chunks while the rest are planned, and a planner killed
+    mid-way goes on from the last chunk written."""
+    write = lambda n, lo, hi: _write_chunk(target_conn, run_id, table, n, lo, hi)  # noqa: E731
+    for n, lo, hi in plan_after(source_conn, table, cols, chunk_rows, stored, write):
+        if found is not None:
+            found({"table": table, "chunk": n, "lo": lo, "hi": hi, "status": "pending", "rows_read": 0,
+                   "rows_landed": 0, "done_at": None})  # fmt: skip
 
 
 def _then_none(bounds):
