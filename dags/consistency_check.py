@@ -3,13 +3,14 @@
 The design card's "scheduled consistency checks". The steps live in zonesync.check.steps
 and the comparison in spark_jobs/consistency_check.py; this file only wires them:
 
-    preflight >> record_start >> check >> finish
-    [preflight, record_start, check] >> fail  (one_failed)
+    preflight >> record_start >> check >> repair >> finish
+    [preflight, record_start, check, repair] >> fail  (one_failed)
 
-`finish` fails (the run shows red) when rows differ; their report is
-`zonesync check report RUN_ID`. Runs on ZONESYNC_CHECK_SCHEDULE (default hourly; a
-cron expression, a preset such as @daily, or "none"), and from the UI form, the REST
-API or `zonesync check`; docs/consistency-check.md tells the whole protocol.
+`repair` (param on) sets each differing row to its owner's row where a zone has it
+wrong (zonesync.check.repair); off, it does nothing. `finish` fails (the run shows
+red) when rows differ; their report is `zonesync check report RUN_ID`. Runs on
+ZONESYNC_CHECK_SCHEDULE (default hourly; a cron expression, a preset such as @daily,
+or "none"), and from the UI form, the REST API or `zonesync check`; docs/consistency-check.md tells the whole protocol.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ with DAG(
         ),  # fmt: skip
         "chunk_rows": Param(50000, type="integer", minimum=100, maximum=10000000, description="Rows per chunk."),
         "rows": Param(True, type="boolean", description="Read and diff the rows of chunks that differ."),
-        "repair": Param(False, type="boolean", description="Re-send differing rows (not built yet: refused)."),
+        "repair": Param(
+            False, type="boolean", description="Set each differing row to its owner's row where a zone has it wrong."
+        ),  # fmt: skip
         "reason": Param("scheduled", type="string", minLength=1, maxLength=500, description="Why (history)."),
         "parallel": Param(
             16, type="integer", minimum=1, maximum=256, description="Chunks per wave, each asked of every zone at once."
@@ -89,8 +92,9 @@ with DAG(
         driver_memory="512m",
         execution_timeout=timedelta(hours=12),
     )
+    repair = ZoneCheckStepOperator(task_id="repair", step="repair")
     finish = ZoneCheckStepOperator(task_id="finish", step="finish")  # differences fail it at once (no retry)
     fail = ZoneCheckStepOperator(task_id="fail", step="fail", trigger_rule=TriggerRule.ONE_FAILED, retries=5)
 
-    preflight >> record_start >> check >> finish
-    [preflight, record_start, check] >> fail
+    preflight >> record_start >> check >> repair >> finish
+    [preflight, record_start, check, repair] >> fail

@@ -1,7 +1,9 @@
 """consistency_check through Airflow's dag.test(): real zones with replication running,
 spark-submit. The comparison's cases are covered in tests/integration/check/; here: the
 wiring. Converged zones pass; a row changed behind replication's back fails the run at
-`finish` with the row in the report; bad params are refused before any task runs."""
+`finish` with the row in the report; with repair on, the row is set to its owner's and
+the owner's next change of it lands everywhere; bad params are refused before any task
+runs."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.copy.test_online_copy import seed
-from tests.support.replication import wait_converged
+from tests.support.replication import row_locks, wait_converged
 from zonesync.check.store import CheckStore
 
 pytestmark = [pytest.mark.dags, pytest.mark.integration, pytest.mark.slow]
@@ -62,6 +64,24 @@ def test_converged_zones_pass_and_a_changed_row_fails_the_run(ready, zones, meta
     assert [(d["key"], d["right"], d["zones"]) for d in CheckStore(meta).diffs(run.run_id)] == [
         ("[7]", "a", {"b": ["name"]})
     ]
+
+    # repair on: b gets a's row; the run is still red (the zones differed when checked)
+    run = dag.test(run_conf={**CONF, "repair": True})
+    states = _states(run)
+    assert states["repair"] == "success" and states["finish"] == "failed", states
+    check = CheckStore(meta).require(run.run_id)
+    assert "1 of them repaired" in check.detail
+    assert [(d["key"], d["repair"]) for d in CheckStore(meta).diffs(run.run_id)] == [("[7]", "updated")]
+    # the owner's next change of the row meets its own old image in b: applied, no lock
+    conn = zones["a"].connect("zonesync_app")
+    with conn.cursor() as cur:
+        cur.execute("UPDATE tenants SET name = 'after the repair', _zs_version = _zs_version + 1 WHERE tenant_id = 7")
+    conn.commit()
+    conn.close()
+    wait_converged(zones, ("tenants",), timeout=60)
+    assert row_locks(zones["b"]) == 0
+    run = dag.test(run_conf=CONF)
+    assert run.state == "success", _states(run)
 
 
 def test_bad_params_are_refused_before_anything_runs(airflow_db, dag):

@@ -26,7 +26,7 @@ TABLES = {"tenants": None, "orders": None}
         (CheckRequest(tables=("x; drop",)), "tables: 'x; drop' is not a plain table name"),
         (CheckRequest(chunk_rows=5), "chunk_rows: 5 is out of range; use 100..10000000"),
         (CheckRequest(chunk_rows=True), "chunk_rows: True is out of range"),
-        (CheckRequest(repair=True), "repair: not available yet"),
+        (CheckRequest(repair=True, rows=False), "repair: needs rows on"),
         (CheckRequest(reason=" "), "reason: say why"),
     ],
 )
@@ -107,7 +107,7 @@ def test_a_difference_a_write_after_the_cut_explains_is_in_flight():
         (["check", "--zones", "A,b"], "zonesync check: --zones: 'A' is not a zone name"),
         (["check", "--tables", "x y"], "zonesync check: --tables: 'x y' is not a plain table name"),
         (["check", "--chunk-rows", "5"], "zonesync check: --chunk-rows: 5 is out of range"),
-        (["check", "--repair"], "zonesync check: --repair: not available yet"),
+        (["check", "--repair", "--no-rows"], "zonesync check: --repair: needs rows on"),
         (["check", "--parallel", "0"], "zonesync check: --parallel: 0 is out of range; use 1..256"),
         (["check", "frobnicate"], "zonesync check: unknown arguments 'frobnicate'"),
     ],

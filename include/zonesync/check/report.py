@@ -86,7 +86,8 @@ def text(report: dict) -> str:
             lines.append(f"    schema: {info['outcome']['schema']}")
     for d in report["differences"]:
         right = d["right"] or "no owner checked"
-        lines.append(f"  {d['table']} {d['key']} (ZSID {d['zsid']}, right: {right}): {_wrong(d['zones'])}")
+        repaired = f" -> repair: {d['repair']}" if d.get("repair") else ""
+        lines.append(f"  {d['table']} {d['key']} (ZSID {d['zsid']}, right: {right}): {_wrong(d['zones'])}{repaired}")
     return "\n".join(lines)
 
 
@@ -96,7 +97,7 @@ def page(report: dict) -> str:
     rows = "".join(
         f"<tr><td>{e(d['table'])}</td><td>{e(d['key'])}</td><td>{e(str(d['zsid']))}</td>"
         f"<td>{e(d['right'] or '-')}</td><td>{e(_wrong(d['zones']))}</td>"
-        f"<td><code>{e(str(d['values']))}</code></td></tr>"
+        f"<td><code>{e(str(d['values']))}</code></td><td>{e(d.get('repair') or '-')}</td></tr>"
         for d in report["differences"]
     )
     tables = "".join(
@@ -112,5 +113,5 @@ def page(report: dict) -> str:
         f"<p>zones {e(', '.join(report['zones']))}; rules version {e(str(report['rules_version']))}</p>"
         f"<h2>Tables</h2><table><tr><th>table</th><th>progress</th><th>rows</th><th>chunks</th></tr>{tables}</table>"
         f"<h2>Differences ({report['differences_shown']})</h2><table><tr><th>table</th><th>key</th><th>ZSID</th>"
-        f"<th>right</th><th>wrong</th><th>values</th></tr>{rows}</table></body></html>"
+        f"<th>right</th><th>wrong</th><th>values</th><th>repair</th></tr>{rows}</table></body></html>"
     )

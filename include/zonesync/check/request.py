@@ -65,8 +65,7 @@ def check_shape(req: CheckRequest) -> None:
         raise CheckRefused(f"chunk_rows: {req.chunk_rows!r} is out of range; use 100..10000000")
     if not isinstance(req.rows, bool) or not isinstance(req.repair, bool):
         raise CheckRefused("rows, repair: true or false")
-    if req.repair:
-        raise CheckRefused("repair: not available yet (docs/consistency-check.md); check without it and repair "
-                           "from the report's rows")  # fmt: skip
+    if req.repair and not req.rows:
+        raise CheckRefused("repair: needs rows on (the row diff names the rows to repair); drop --no-rows")
     if not isinstance(req.reason, str) or not req.reason.strip() or len(req.reason) > 500:
         raise CheckRefused("reason: say why in 1..500 characters, e.g. --reason 'after the disk swap in b'")

@@ -1,6 +1,6 @@
 """The steps of a consistency check around its Spark job (docs/consistency-check.md):
 
-    preflight -> record_start -> check (Spark, then Great Expectations) -> finish
+    preflight -> record_start -> check (Spark, then Great Expectations) -> repair -> finish
 
 Each re-reads the run from meta: a retried step finds what the last attempt decided.
 The start is written once: the cut first, then every zone's binlog position, so every
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zonesync.capture.binlog import binlog_end
+from zonesync.check import repair as check_repair
 from zonesync.check.request import CheckRefused, CheckRequest
 from zonesync.check.store import DIFFERENCES, FAILED, RUNNING, SUCCEEDED, Check, CheckStore
 from zonesync.copy import chunks
@@ -83,6 +84,16 @@ def record_start(ctx: CheckContext) -> Check:
     return run
 
 
+def repair(ctx: CheckContext) -> dict[str, int]:
+    """With repair on, every differing row set to its owner's row where a zone has it
+    wrong (zonesync.check.repair); the outcomes counted. With it off, nothing."""
+    run = ctx.run()
+    if not run.repair:
+        return {}
+    ctx.store.phase(ctx.run_id, "repair")
+    return check_repair.repair(ctx.store, ctx.run_id, ctx.zone_conn, ctx.app_db)
+
+
 def finish(ctx: CheckContext, result: dict) -> Check:
     """The run's outcome from the job's result ({"tables", "expectations"}): succeeded when
     every chunk of every table matched (or differed only by writes in flight) and the
@@ -99,7 +110,8 @@ def finish(ctx: CheckContext, result: dict) -> Check:
     ctx.store.set_summary(ctx.run_id, {**tables, "_expectations": expectations, "_reconcile": counts})
     miscounted = sorted(pair for pair, c in counts.items() if c["mismatch"])
     if any(mismatched.values()) or schema or failed or miscounted:
-        diffs = len(ctx.store.diffs(ctx.run_id))
+        found = ctx.store.diffs(ctx.run_id, limit=1_000_000)
+        diffs = len(found)
         parts = [f"{t}: {n} chunks differ" for t, n in mismatched.items() if n] + list(schema.values())
         if failed:
             parts.append(f"expectations failed: {', '.join(failed)}")
@@ -108,6 +120,9 @@ def finish(ctx: CheckContext, result: dict) -> Check:
         alerts.record(ctx.meta, "*", "consistency_mismatch",
                       {"run_id": ctx.run_id, "rows": diffs, "tables": mismatched, "schema": schema,
                        "expectations": failed, "data_docs": expectations.get("data_docs")})  # fmt: skip
+        if ctx.run().repair:
+            fixed = sum(1 for d in found if d["repair"] in check_repair.REPAIRED)
+            parts.insert(0, f"{fixed} of them repaired (`zonesync check report {ctx.run_id}`)")
         return ctx.store.finish(ctx.run_id, DIFFERENCES, f"{diffs} rows differ; " + "; ".join(parts))
     return ctx.store.finish(ctx.run_id, SUCCEEDED, "every zone holds the same rows; expectations passed")
 

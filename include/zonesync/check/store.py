@@ -175,12 +175,17 @@ class CheckStore:
         if table is not None:
             where, args = where + " AND table_name = %s", [*args, table]
         rows, _ = self.meta.run(
-            f"SELECT table_name, pk, zsid, right_zone, zones_json, values_json FROM check_diffs WHERE {where} "
+            f"SELECT table_name, pk, zsid, right_zone, zones_json, values_json, repair FROM check_diffs WHERE {where} "
             "ORDER BY table_name, id LIMIT %s",
             (*args, int(limit)),
         )
         return [
             {"table": t, "key": pk, "zsid": zsid, "right": right, "zones": json.loads(zj),
-             "values": {} if vj is None else json.loads(vj)}
-            for t, pk, zsid, right, zj, vj in rows
+             "values": {} if vj is None else json.loads(vj), "repair": repair}
+            for t, pk, zsid, right, zj, vj, repair in rows
         ]  # fmt: skip
+
+    def set_repair(self, run_id: str, table: str, pk: str, outcome: str) -> None:
+        """What repair did with one difference (zonesync.check.repair)."""
+        self.meta.run("UPDATE check_diffs SET repair = %s WHERE run_id = %s AND table_name = %s AND pk = %s",
+                      (outcome[:250], run_id, table, pk))  # fmt: skip

@@ -99,7 +99,8 @@ def register(sub) -> None:
     cp.add_argument("--chunk-rows", type=int, default=50_000, help="rows per key-range chunk")
     cp.add_argument("--parallel", type=int, default=16, help="chunks per wave, each asked of every zone at once")
     cp.add_argument("--no-rows", action="store_true", help="checksums only: do not read the rows of differing chunks")
-    cp.add_argument("--repair", action="store_true", help="re-send differing rows from their owner (not yet built)")
+    cp.add_argument("--repair", action="store_true",
+                    help="set each differing row to its owner's row where a zone has it wrong")  # fmt: skip
     cp.add_argument("--reason", default="asked from the command line", help="why (kept in the history)")
     cp.add_argument("--timeout", type=float, default=86400.0, help="stop following after (s)")
     cp.add_argument("--no-follow", action="store_true", help="trigger and return the run id")

@@ -36,16 +36,13 @@ def cmd_locks(args) -> int:
 
 def _source_row(zone: str, table: str, key: dict) -> dict | None:
     """A row of `zone` by primary key, as its columns' values (locks resolve, S003-31)."""
-    import pymysql
-
-    from zonesync.apply.batch.statements import q
+    from zonesync.apply.tools.owner_row import read_row
 
     conn = common.zone_conn(zone)
     try:
-        with conn.cursor(pymysql.cursors.DictCursor) as cur:
-            where = " AND ".join(f"{q(c)} = %s" for c in key)
-            cur.execute(f"SELECT * FROM {q(table)} WHERE {where}", list(key.values()))
-            return cur.fetchone()
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION time_zone = '+00:00'")
+            return read_row(cur, table, key)
     finally:
         conn.close()
 

@@ -2,8 +2,9 @@
 
 Each resolves the meta store and the zone connections when it runs and builds the
 step's context from the run's params. A refusal (CheckRefused: a bad request) fails
-the task at once; anything else is retried (every step is idempotent). `finish` reads
-the Spark job's result file, records the outcome and fails the task when rows differ,
+the task at once; anything else is retried (every step is idempotent). `repair` (with the
+param on) sets each differing row to its owner's row; `finish` reads the Spark job's
+result file, records the outcome and fails the task when rows differ,
 so the run shows red; `fail` (trigger rule one_failed) ends a run whose step failed
 for good with its reason.
 """
@@ -21,7 +22,7 @@ from zonesync.check.request import CheckRefused, CheckRequest
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 from zonesync_airflow.operators.switch import ZoneConnections
 
-STEPS = ("preflight", "record_start", "finish", "fail")
+STEPS = ("preflight", "record_start", "repair", "finish", "fail")
 
 
 def check_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_zone_") -> steps.CheckContext:
@@ -64,6 +65,10 @@ class ZoneCheckStepOperator(BaseOperator):
             if self.step == "record_start":
                 run = steps.record_start(ctx)
                 return {"cut_us": run.cut_us, "rules_version": run.rules_version, "start": run.start}
+            if self.step == "repair":
+                counts = steps.repair(ctx)
+                self.log.info("check %s: repair %s", ctx.run_id, counts or "off")
+                return counts
             if self.step == "fail":
                 run = steps.fail(ctx, "a step failed: see the run's task logs")
                 return None if run is None else run.status

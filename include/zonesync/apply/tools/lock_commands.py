@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 import pymysql
 
 from zonesync import events
-from zonesync.apply.batch.statements import IDENT, q
+from zonesync.apply.batch.statements import IDENT
 from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.apply.errors import TableMissing
+from zonesync.apply.tools.owner_row import put_row
 from zonesync.events import ChangeEvent, EventError, decode_message, decode_row, encode_row, pk_text
 
 PK_FORMS = "a JSON list of the key values, e.g. '[42]', or an object by column, e.g. '{\"tenant_id\": 42}'"
@@ -237,18 +238,9 @@ def _take_source_row(cur, table: str, first_event: str, source_row) -> tuple[str
     resolve): (that zone, whether the row is gone there)."""
     event = json.loads(first_event)
     source, key = event["source_zone"], decode_row(event["pk"])
-    where = " AND ".join(f"{q(c)} = %s" for c in key)
     current = source_row(source, table, key)
-    if current is None:
-        cur.execute(f"DELETE FROM {q(table)} WHERE {where}", list(key.values()))
-        return source, True
-    columns = list(current)
-    cur.execute(
-        f"INSERT INTO {q(table)} ({', '.join(map(q, columns))}) VALUES ({', '.join(['%s'] * len(columns))}) "
-        f"ON DUPLICATE KEY UPDATE {', '.join(f'{q(c)} = VALUES({q(c)})' for c in columns if c not in key)}",
-        list(current.values()),
-    )
-    return source, False
+    put_row(cur, table, key, current)
+    return source, current is None
 
 
 def _held_from(first_event: str) -> dict[str, dict]:
