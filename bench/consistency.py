@@ -10,7 +10,7 @@ turns at going first, from flushed servers:
   replicas compute the same through statement-based replication, so its wall time for
   these three zones is the baseline (its default dynamic chunking, 0.5 s chunks);
 - zonesync: `spark-submit spark_jobs/consistency_check.py` (local[2], driver 512 MiB,
-  the driver's class-data archive) comparing a, b and c: 50k-row chunks, each chunk's
+  the driver's class-data archive, C1 only: the DAG's settings) comparing a, b and c: 50k-row chunks, each chunk's
   checksum computed by every zone itself.
 
 Both read the same three servers on the same two cores. Wall time from start to exit,
@@ -124,7 +124,7 @@ def _check_run(env: BenchEnv, run_id: str, workdir: Path) -> tuple[float, float]
 
     home = Path(pyspark.__file__).resolve().parent
     cmd = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-memory", "512m",
-           *jvm.submit_options(),
+           *jvm.submit_options(dispatch_only=True),
            str(JOB), "--run-id", run_id, "--table", TABLE, "--settle-timeout-s", "1", "--max-lag-s", "0",
            "--parallel", str(CHECK_PARALLEL),
            "--meta", f"mysql://{meta.user}@{meta.host}:{meta.port}/{meta.database}",

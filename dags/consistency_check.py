@@ -21,6 +21,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param, TriggerRule
 
+from zonesync import jvm
 from zonesync_airflow.operators.check_steps import ZoneCheckStepOperator
 from zonesync_airflow.operators.spark import ZoneSparkSubmitOperator
 
@@ -90,6 +91,7 @@ with DAG(
         meta_conn_id="zonesync_meta",
         name="zonesync-consistency-check",
         driver_memory="512m",
+        conf=jvm.driver_conf(dispatch_only=True),  # the driver hands out queries and waits
         execution_timeout=timedelta(hours=12),
     )
     repair = ZoneCheckStepOperator(task_id="repair", step="repair")

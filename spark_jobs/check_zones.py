@@ -20,11 +20,11 @@ def zone_numbers(spark, endpoints, queries: list[tuple[str, int, str]]) -> dict[
     elements = spark._jvm.java.util.ArrayList()
     for tag, zone, sql in queries:
         elements.add(f"{tag}\t{zone}\t{sql}")
-    # a few partitions per executor core, each running its queries one after another on
-    # one connection per zone: a task and a connection per query cost as much as a
-    # 50k-row chunk's checksum. Queries come chunk by chunk, zone by zone, so each
-    # partition keeps every zone busy in turn.
-    slices = max(1, min(len(queries), 2 * spark.sparkContext.defaultParallelism))
+    # a partition per executor core, each running every zone's share of its queries on a
+    # thread and a connection per zone (ZoneQueries): a task and a connection per query
+    # cost as much as a 50k-row chunk's checksum, and a task running one query at a time
+    # would leave the other zones idle (measured: 57% of two cores busy, then 90%+)
+    slices = max(1, min(len(queries), spark.sparkContext.defaultParallelism))
     rdd = spark.sparkContext._jsc.parallelize(elements, slices)
     out = {}
     for line in rdd.mapPartitions(spark._jvm.zonesync.spark.ZoneQueries(endpoints)).collect():

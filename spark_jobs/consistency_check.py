@@ -27,8 +27,11 @@ updates its Data Docs. The result file: {"tables": {table: ...}, "expectations":
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -76,7 +79,9 @@ def meta_config(args):
     return MetaConfig.from_env(env)
 
 
-def run(spark, args, log=print) -> dict:
+def start(args, log=print) -> tuple:
+    """What the job does before it needs Spark: the run read from meta, the zones
+    checked against it, the first table's check started (its plan under way)."""
     from zonesync.check.store import CheckStore
 
     zones = zone_props(args)
@@ -86,35 +91,76 @@ def run(spark, args, log=print) -> dict:
     if missing:
         raise SystemExit(f"--zone: the check {args.run_id} covers {', '.join(missing)} too; give --zone for each")
     zones = {z: zones[z] for z in check.zones}
-    endpoints = zone_endpoints(spark, zones)
+    first = TableCheck(args, zones, store, check, args.table[0], log).start()
+    return zones, store, check, first
+
+
+def check_tables(spark, args, log=print, started_job: tuple | None = None) -> tuple[dict, tuple]:
+    """Every table's checksums, settle and rows: ({table: result}, the started job)."""
+    job = started_job or start(args, log)
+    zones, store, check, first = job
+    try:
+        endpoints = zone_endpoints(spark, zones)
+    except BaseException:
+        first.close()
+        raise
     result = {}
     for table in args.table:
-        started = time.monotonic()
-        result[table] = TableCheck(spark, args, zones, endpoints, store, check, table, log).run()
-        log(f"{table}: checked in {time.monotonic() - started:.1f} s: {json.dumps(result[table]['outcome'])}")
+        began = time.monotonic()
+        one = first if table == first.table else TableCheck(args, zones, store, check, table, log).start()
+        result[table] = one.run(spark, endpoints)
+        log(f"{table}: checked in {time.monotonic() - began:.1f} s: {json.dumps(result[table]['outcome'])}")
+    return result, job
+
+
+def validate_and_write(args, job: tuple, result: dict, log=print) -> dict:
+    """Great Expectations over the stored chunks, then the result file."""
     from spark_jobs import check_expectations
 
-    started = time.monotonic()
+    zones, store = job[0], job[1]
+    began = time.monotonic()
     rows = check_expectations.facts({t: store.chunks(args.run_id, t) for t in args.table}, list(zones))
     docs = Path(args.docs) if getattr(args, "docs", None) else Path(args.output).parent
     expectations = check_expectations.validate(rows, docs, args.run_id)
     verdict = "passed" if expectations["success"] else "FAILED"
-    log(f"Great Expectations: {verdict} in {time.monotonic() - started:.1f} s; Data Docs {expectations['data_docs']}")
+    log(f"Great Expectations: {verdict} in {time.monotonic() - began:.1f} s; Data Docs {expectations['data_docs']}")
     out = {"tables": result, "expectations": expectations}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(out, indent=2, default=str))
     return out
 
 
+def run(spark, args, log=print) -> dict:
+    result, job = check_tables(spark, args, log)
+    return validate_and_write(args, job, result, log)
+
+
+def _in_background(fn, *args) -> threading.Thread:
+    thread = threading.Thread(target=fn, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    started = time.monotonic()
-    spark = build_session("zonesync-consistency-check")
-    print(f"Spark session in {time.monotonic() - started:.1f} s", flush=True)
+    job = start(args)  # the first table's plan goes on while the session starts
+    began = time.monotonic()
     try:
-        run(spark, args)
+        spark = build_session("zonesync-consistency-check")
+    except BaseException:
+        job[3].close()
+        raise
+    print(f"Spark session in {time.monotonic() - began:.1f} s", flush=True)
+    # Great Expectations imports in about 2 s, on one core: while the zones compute
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    importing = _in_background(importlib.import_module, "great_expectations")
+    try:
+        result, job = check_tables(spark, args, started_job=job)
     finally:
-        spark.stop()
+        stopping = _in_background(spark.stop)  # the session stops while the results are validated
+    importing.join()
+    validate_and_write(args, job, result)
+    stopping.join()
     return 0
 
 

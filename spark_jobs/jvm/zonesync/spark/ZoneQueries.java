@@ -9,6 +9,10 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 
 import org.apache.spark.api.java.function.FlatMapFunction;
 
@@ -21,7 +25,8 @@ import org.apache.spark.api.java.function.FlatMapFunction;
  * <p>An element is {@code "<tag>\t<zone index>\t<SQL>"}; the result of one is {@code
  * "<tag>\t<column 1>\t<column 2>…"} (NULL as {@code \N}). The SQL comes from the Python
  * job (zonesync.check.sql), which owns it; this class only runs it, with one connection
- * per zone per partition, each query in a read-only autocommit statement of its own.
+ * per zone per partition (each zone's queries on a thread of their own, so the zones
+ * compute at once), each query in a read-only autocommit statement of its own.
  */
 public final class ZoneQueries implements FlatMapFunction<Iterator<String>, String> {
   private static final long serialVersionUID = 1L;
@@ -33,28 +38,44 @@ public final class ZoneQueries implements FlatMapFunction<Iterator<String>, Stri
   }
 
   @Override
-  public Iterator<String> call(Iterator<String> elements) throws SQLException {
-    List<String> out = new ArrayList<>();
-    Map<Integer, Connection> open = new HashMap<>();
+  public Iterator<String> call(Iterator<String> elements) throws Exception {
+    // each zone's queries on a thread of its own, one after another on one connection:
+    // the zones compute at once (a task waiting on one zone would leave the others idle)
+    Map<Integer, List<String[]>> byZone = new HashMap<>();
+    while (elements.hasNext()) {
+      String[] parts = elements.next().split("\t", 3);
+      byZone.computeIfAbsent(Integer.parseInt(parts[1]), z -> new ArrayList<>()).add(parts);
+    }
+    ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, byZone.size()));
     try {
-      while (elements.hasNext()) {
-        String[] parts = elements.next().split("\t", 3);
-        int zone = Integer.parseInt(parts[1]);
-        Connection conn = open.get(zone);
-        if (conn == null) {
-          conn = zones[zone].open();
-          conn.setAutoCommit(true);
-          conn.setReadOnly(true);
-          open.put(zone, conn);
+      List<Future<List<String>>> running = new ArrayList<>();
+      for (Map.Entry<Integer, List<String[]>> zone : byZone.entrySet()) {
+        running.add(pool.submit(() -> runAll(zones[zone.getKey()], zone.getValue())));
+      }
+      List<String> out = new ArrayList<>();
+      for (Future<List<String>> f : running) {
+        try {
+          out.addAll(f.get());
+        } catch (ExecutionException e) {
+          throw e.getCause() instanceof Exception ? (Exception) e.getCause() : e;
         }
+      }
+      return out.iterator();
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  private static List<String> runAll(ChunkCopier.Endpoint zone, List<String[]> queries) throws SQLException {
+    List<String> out = new ArrayList<>();
+    try (Connection conn = zone.open()) {
+      conn.setAutoCommit(true);
+      conn.setReadOnly(true);
+      for (String[] parts : queries) {
         out.add(parts[0] + "\t" + run(conn, parts[2]));
       }
-    } finally {
-      for (Connection conn : open.values()) {
-        conn.close();
-      }
     }
-    return out.iterator();
+    return out;
   }
 
   private static String run(Connection conn, String sql) throws SQLException {
