@@ -5,7 +5,7 @@ acked by every guard of both zones. The steps live in zonesync.switch.steps;
 this file only wires them:
 
     preflight >> record_state >> [block, reshard, wait_sync, activate]
-    activate >> verify
+    activate >> verify_start >> verify_check (Spark) >> verify
     [block, reshard, wait_sync] >> rollback   (one_failed)
 
 The protocol order inside the write-blocked window, block -> reshard ->
@@ -21,17 +21,23 @@ wait_sync takes the sync position P itself (zonesync.switch.steps.sync_position)
 rollback runs only when a step before the point of no return failed for good
 (a refusal or an ack timeout fails at once; a crash is retried first); it
 restores the recorded owner and the run still ends failed: activate's gate
-closes and fails it, so verify (a leaf) is upstream_failed. Once past its gate,
-activate retries many times and is never rolled back. Trigger it from the UI form, the REST API, or
-`zonesync switch --zsids 0-99 --from a --to b --reason ...`.
+closes and fails it, so the verify tasks are upstream_failed. Once past its gate,
+activate retries many times and is never rolled back. verify is the consistency
+check restricted to the moved ZSIDs (zonesync.switch.verify): its run started, its
+Spark job (chunk checksums pushed down to both zones), its result judged. Trigger it
+from the UI form, the REST API, or `zonesync switch --zsids 0-99 --from a --to b
+--reason ...`.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 from airflow.sdk import DAG, Param, TriggerRule
 
+from zonesync import jvm
+from zonesync_airflow.operators.spark import ZoneSparkSubmitOperator
 from zonesync_airflow.operators.switch import (
     ZoneSwitchActivateOperator,
     ZoneSwitchBlockOperator,
@@ -40,8 +46,12 @@ from zonesync_airflow.operators.switch import (
     ZoneSwitchReshardOperator,
     ZoneSwitchRollbackOperator,
     ZoneSwitchVerifyOperator,
+    ZoneSwitchVerifyStartOperator,
 )
 from zonesync_airflow.sensors.switch import ZoneSyncedSensor
+
+CHECK_JOB = str(Path(__file__).resolve().parents[1] / "spark_jobs" / "consistency_check.py")
+STARTED = "ti.xcom_pull(task_ids='verify_start')"
 
 ZONE = {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,15}$"}
 
@@ -99,6 +109,25 @@ with DAG(
         retry_exponential_backoff=2.0,
         max_retry_delay=timedelta(seconds=30),  # the ZSIDs are writable nowhere meanwhile
     )
+    verify_start = ZoneSwitchVerifyStartOperator(task_id="verify_start")
+    verify_check = ZoneSparkSubmitOperator(
+        task_id="verify_check",
+        application=CHECK_JOB,
+        zones=f"{{{{ {STARTED}['zones'] }}}}",
+        application_args=[
+            "--run-id",
+            f"{{{{ {STARTED}['check_run_id'] }}}}",
+            "--table",
+            f"{{{{ {STARTED}['tables'] }}}}",
+            "--max-lag-s",
+            "0",
+        ],  # fmt: skip
+        meta_conn_id="zonesync_meta",
+        name="zonesync-switch-verify",
+        driver_memory="512m",
+        conf=jvm.driver_conf(dispatch_only=True),
+        retries=2,
+    )
     verify = ZoneSwitchVerifyOperator(task_id="verify")
     rollback = ZoneSwitchRollbackOperator(
         task_id="rollback",
@@ -110,5 +139,5 @@ with DAG(
     )
 
     preflight >> record_state >> [block, reshard, wait_sync, activate]
-    activate >> verify
+    activate >> verify_start >> verify_check >> verify
     [block, reshard, wait_sync] >> rollback

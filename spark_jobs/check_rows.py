@@ -16,11 +16,12 @@ PAYLOAD = ("_zone", "_v", "_o", "_zs_hash")  # besides the key and the c_<column
 
 
 def extract(spark, zones: dict, table: str, columns: list[tuple[str, str]], key: list[str], chunks: list[dict],
-            nullable: set[str] | None = None):  # fmt: skip
-    """One DataFrame of the chunks' rows in every zone, tagged with `_zone`."""
+            nullable: set[str] | None = None, where: str | None = None):  # fmt: skip
+    """One DataFrame of the chunks' rows in every zone (those `where` is true for), tagged
+    with `_zone`."""
     from pyspark.sql import functions as F
 
-    relation = check_sql.rows_relation(table, columns, key, nullable)
+    relation = check_sql.rows_relation(table, columns, key, nullable, where)
     predicates = [predicate(key, c["lo"], c["hi"]) for c in chunks]
     frames = [
         spark.read.jdbc(url, relation, predicates=predicates, properties=props).withColumn("_zone", F.lit(name))

@@ -37,6 +37,10 @@ class TableCheck:
         self.columns: list[tuple[str, str]] | str = []  # a str: why the zones' tables cannot be compared
         self.key: list[str] = []
         self.planner: Planner | None = None
+        # a restricted check (the switch's verify): the rows of some ZSIDs (both phases),
+        # without those one zone wrote (the checksums; the row diff skips their keys)
+        self.zsid_where: str | None = None
+        self.where: str | None = None
 
     def start(self) -> TableCheck:
         from zonesync.meta.store import MetaStore
@@ -48,6 +52,7 @@ class TableCheck:
             if isinstance(self.columns, str):
                 return self
             self.key = self._key(self.conns[self.names[0]])
+            self._restrict()
             stored = self.store.chunks(self.check.run_id, self.table)
             self.planner = Planner(self.table, stored, chunk_plan.complete(stored), self._extend(self.key),
                                    lambda c: c["status"] == "pending", self.log)  # fmt: skip
@@ -87,6 +92,22 @@ class TableCheck:
             self.close()
 
     # -- what is compared ------------------------------------------------------
+    def _restrict(self) -> None:
+        """The SQL of a restricted check's rows (None: every row)."""
+        parts = []
+        if self.check.zsids:
+            from zonesync.meta.store import MetaStore
+
+            found = MetaStore(self.store.meta).rules_at(self.check.rules_version)
+            if found is None or self.table not in found[1].tables:
+                raise SystemExit(f"--table {self.table}: no ZSID rule in rules v{self.check.rules_version}")
+            rules = found[1]
+            self.zsid_where = check_sql.zsid_predicate(rules.tables[self.table], rules.zsid_min, self.check.zsids)
+            parts.append(self.zsid_where)
+        if self.check.exclude_origin is not None:
+            parts.append(f"`_zs_origin` <> {int(self.check.exclude_origin)}")
+        self.where = " AND ".join(parts) or None
+
     def _columns(self, conns) -> list[tuple[str, str]] | str:
         """The table's (column, type) pairs, the same in every zone (names, types and
         nullability: the row hash marks NULLs of the nullable columns only); else what
@@ -169,7 +190,7 @@ class TableCheck:
         ids = list(self.zone_ids.values())
         queries = [
             (f"{c['chunk']}:{z}", zi,
-             check_sql.chunk_checksum(self.table, columns, key, c["lo"], c["hi"], ids, self.nullable))
+             check_sql.chunk_checksum(self.table, columns, key, c["lo"], c["hi"], ids, self.nullable, self.where))
             for c in wave
             for zi, z in enumerate(self.names)
         ]  # fmt: skip
@@ -207,7 +228,8 @@ class TableCheck:
             self.store.record_chunks(self.check.run_id, self.table,
                                      {c["chunk"]: ("mismatch", c["zones"]) for c in chunks})  # fmt: skip
             return
-        df = check_rows.extract(self.spark, self.zones, self.table, columns, key, chunks, self.nullable)
+        df = check_rows.extract(self.spark, self.zones, self.table, columns, key, chunks, self.nullable,
+                                self.zsid_where)  # fmt: skip
         found = check_rows.differing_keys(df, key, len(self.names)).collect()
         deleted = self._deleted_after_cut(conns)
         owners = _Owners(self.store.meta, self.check.rules_version, self.table)
@@ -216,7 +238,7 @@ class TableCheck:
             pk, rows = check_rows.as_rows(record, key)
             text = pk_text(pk)
             gone = {z for z, keys in deleted.items() if text in keys}
-            if check_diff.in_flight(rows, self.names, self.check.cut_us, gone):
+            if check_diff.in_flight(rows, self.names, self.check.cut_us, gone, self.check.exclude_origin):
                 continue
             zsid, owner = owners.of(next(iter(rows.values()))["cols"])
             d = check_diff.describe(text, rows, self.names, owner, zsid)

@@ -110,22 +110,10 @@ def airflow_db(test_cfg):
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local[2] SparkSession for the whole run, with the MariaDB JDBC driver and
-    zonesync's jar."""
-    from pyspark.sql import SparkSession
+    """One local[2] SparkSession for the whole run (tests/support/spark.py)."""
+    from tests.support.spark import session as spark_session
 
-    from zonesync import jvm
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("zonesync-tests")
-        .config("spark.jars", jvm.jars_option())
-        .config("spark.driver.extraClassPath", jvm.class_path())
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    session = spark_session()
     yield session
     session.stop()
     logging.getLogger("py4j").setLevel(logging.WARNING)  # quiet its shutdown chatter

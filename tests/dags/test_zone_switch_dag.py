@@ -62,8 +62,10 @@ def test_switch_runs_to_active(ready, guard_env, meta, dag):
     sw = SwitchStore(meta).require(run.run_id)
     assert sw.status == SUCCEEDED and sw.window_ms is not None
     steps = [s["step"] for s in SwitchStore(meta).steps(sw.id)]
-    assert steps == [*"preflight record_state block reshard sync_position wait_sync activate verify".split()]
-    assert set(_states(run)) == {*"preflight record_state block reshard wait_sync activate verify rollback".split()}
+    assert steps == [*("preflight record_state block reshard sync_position wait_sync activate verify_start "
+                       "verify").split()]  # fmt: skip
+    assert set(_states(run)) == {*("preflight record_state block reshard wait_sync activate verify_start verify_check "
+                                   "verify rollback").split()}  # fmt: skip
     assert _states(run)["rollback"] == "skipped"
 
 

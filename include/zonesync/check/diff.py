@@ -21,9 +21,14 @@ from __future__ import annotations
 BOOKKEEPING_FIELDS = {"_v": "_zs_version", "_o": "_zs_origin"}
 
 
-def in_flight(rows: dict[str, dict], zones: list[str], cut_us: int, deleted_after_cut: set[str]) -> bool:
-    """Whether a write after the cut can explain the difference."""
+def in_flight(rows: dict[str, dict], zones: list[str], cut_us: int, deleted_after_cut: set[str],
+              exclude_origin: int | None = None) -> bool:  # fmt: skip
+    """Whether a write after the cut can explain the difference; or, in a check that
+    leaves out what zone id `exclude_origin` wrote (a switch's new owner), whether a zone's
+    row was written by it (it is on its way to the others)."""
     if any(int(r["_v"]) > cut_us for r in rows.values()):
+        return True
+    if exclude_origin is not None and any(int(r["_o"]) == int(exclude_origin) for r in rows.values()):
         return True
     return any(z not in rows and z in deleted_after_cut for z in zones)
 

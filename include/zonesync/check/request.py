@@ -23,6 +23,9 @@ class CheckRequest:
     rows: bool = True  # read and diff the rows of chunks that differ
     repair: bool = False
     reason: str = "scheduled"
+    # internal (the zone switch's verify): only these ZSIDs' rows, without what this zone id wrote
+    zsids: tuple[tuple[int, int], ...] = ()
+    exclude_origin: int | None = None
 
     def resolved(self, zones, replicated_tables) -> CheckRequest:
         """This request checked against the mesh, with its zones and tables spelled out."""
@@ -43,7 +46,8 @@ class CheckRequest:
                 f"tables: {', '.join(odd)} not replicated; the rule set's tables are {', '.join(replicated)}"
             )
         tables = tuple(self.tables) or tuple(replicated)
-        return CheckRequest(picked, tables, self.chunk_rows, self.rows, self.repair, self.reason)
+        return CheckRequest(picked, tables, self.chunk_rows, self.rows, self.repair, self.reason, self.zsids,
+                            self.exclude_origin)  # fmt: skip
 
 
 def check_shape(req: CheckRequest) -> None:

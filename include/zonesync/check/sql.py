@@ -54,11 +54,12 @@ def row_hash(columns: list[tuple[str, str]], nullable: set[str] | None = None) -
 
 
 def chunk_checksum(table: str, columns: list[tuple[str, str]], key: list[str], lo, hi, zone_ids: list[int],
-                   nullable: set[str] | None = None) -> str:  # fmt: skip
+                   nullable: set[str] | None = None, where: str | None = None) -> str:  # fmt: skip
     """One chunk's numbers in one zone: rows, BIT_XOR of row CRCs, and the bookkeeping
     facts the Great Expectations suite checks (the smallest _zs_version, how many rows
     carry an origin that is no zone's id: counted, not summed, as SUM adds up in DECIMAL,
-    8% of the query's time). A primary key column is never NULL (InnoDB)."""
+    8% of the query's time). A primary key column is never NULL (InnoDB). `where`: only
+    the rows it is true for (a restricted check, see below)."""
     names = {c for c, _ in columns}
     missing = [c for c in BOOKKEEPING if c not in names]
     if missing:
@@ -67,11 +68,12 @@ def chunk_checksum(table: str, columns: list[tuple[str, str]], key: list[str], l
     return (
         f"SELECT COUNT(*), COALESCE(BIT_XOR({row_hash(columns, nullable)}), 0), MIN(`_zs_version`), "
         f"COUNT(IF(`_zs_origin` NOT IN ({ids}), 1, NULL)) FROM {q(table)} WHERE {predicate(key, lo, hi)}"
+        f"{f' AND {where}' if where else ''}"
     )
 
 
 def rows_relation(table: str, columns: list[tuple[str, str]], key: list[str],
-                  nullable: set[str] | None = None) -> str:  # fmt: skip
+                  nullable: set[str] | None = None, where: str | None = None) -> str:  # fmt: skip
     """A derived table of the table's rows for Spark's JDBC reader: the key columns as
     they are, the bookkeeping columns, the row's CRC as `_zs_hash`, and every column's
     canonical text as `c_<name>`. A chunk predicate on the key applied to it reaches the
@@ -80,5 +82,44 @@ def rows_relation(table: str, columns: list[tuple[str, str]], key: list[str],
     keys = ", ".join(q(c) for c in key)
     return (
         f"(SELECT {keys}, `_zs_version` AS `_v`, `_zs_origin` AS `_o`, {row_hash(columns, nullable)} AS `_zs_hash`, "
-        f"{texts} FROM {q(table)}) AS r"
+        f"{texts} FROM {q(table)}{f' WHERE {where}' if where else ''}) AS r"
     )
+
+
+# -- the rows of some ZSIDs --------------------------------------------------------
+# `zsid_predicate(spec, zsid_min, spans)` is true for exactly the rows whose ZSID, as
+# rules.extract.zsid_of computes it, falls in one of `spans` ([(lo, hi)], inclusive), and
+# false for a row whose ZSID is unknown (NULL in the column, a value the map or the
+# ranges do not list): such a row belongs to no ZSID, as the guard sees it. The switch's
+# verify (a check restricted to the moved ZSIDs) uses it.
+#
+# - modulo: Python's `%` is never negative for a positive modulus, SQL's MOD takes the
+#   dividend's sign: MOD(MOD(col, n) + n, n) is Python's value;
+# - map: the column's text (CAST AS CHAR, as `str(value)` keys the map) among the keys
+#   whose ZSID is in a span;
+# - ranges: the column between the bounds of every range whose ZSID is in a span.
+
+
+def _in_spans(zsid: int, spans) -> bool:
+    return any(lo <= zsid <= hi for lo, hi in spans)
+
+
+def _text(value: str) -> str:
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def zsid_predicate(spec, zsid_min: int, spans: list[tuple[int, int]]) -> str:
+    """SQL true for the rows of `spec`'s table whose ZSID is in `spans` (see above)."""
+    col = q(spec.column)
+    if spec.function == "modulo":
+        n = int(spec.buckets or 1)
+        zsid = f"({int(zsid_min)} + MOD(MOD({col}, {n}) + {n}, {n}))"
+        parts = [f"{zsid} BETWEEN {int(lo)} AND {int(hi)}" for lo, hi in spans]
+    elif spec.function == "map":
+        keys = sorted(k for k, z in (spec.mapping or {}).items() if _in_spans(int(z), spans))
+        parts = [f"CAST({col} AS CHAR) IN ({', '.join(_text(k) for k in keys)})"] if keys else []
+    else:
+        parts = [f"{col} BETWEEN {int(lo)} AND {int(hi)}" for lo, hi, z in spec.ranges if _in_spans(int(z), spans)]
+    if not parts:
+        return "FALSE"
+    return f"({col} IS NOT NULL AND ({' OR '.join(parts)}))"

@@ -69,17 +69,20 @@ def preflight(ctx: CheckContext) -> Check:
                 raise CheckRefused(f"tables: {t}'s primary key has non-integer columns {', '.join(odd)}; the check "
                                    "chunks by integer keys only (docs/consistency-check.md)")  # fmt: skip
     return ctx.store.create(ctx.run_id, req.zones, req.tables, req.chunk_rows, req.rows, req.repair, req.reason,
-                            ctx.actor)  # fmt: skip
+                            ctx.actor, req.zsids, req.exclude_origin)  # fmt: skip
 
 
-def record_start(ctx: CheckContext) -> Check:
-    """The cut, every zone's binlog position and the rules version, written once."""
+def record_start(ctx: CheckContext, cut_us: int | None = None, rules_version: int | None = None) -> Check:
+    """The cut (`cut_us`, else now less CUT_GRACE_US), every zone's binlog position and the
+    rules version whose owners are right (`rules_version`, else the head), written once."""
     run = ctx.run()
     if run.start_json is None:
-        cut = int(time.time() * 1_000_000) - CUT_GRACE_US
+        cut = int(time.time() * 1_000_000) - CUT_GRACE_US if cut_us is None else int(cut_us)
         positions = {z: list(_with(ctx, z, binlog_end) or ("", 0)) for z in run.zones}
-        found = MetaStore(ctx.meta).rules_at()
-        run = ctx.store.set_start(ctx.run_id, found[0] if found else 0, cut, positions)
+        if rules_version is None:
+            found = MetaStore(ctx.meta).rules_at()
+            rules_version = found[0] if found else 0
+        run = ctx.store.set_start(ctx.run_id, rules_version, cut, positions)
     ctx.store.phase(ctx.run_id, "started")
     return run
 

@@ -26,7 +26,9 @@ activate     record 3: owner to_zone ACTIVE. From here on failures retry, never
              roll back (S000-32); healthy instances must ack, dead ones are
              reported (S000-34).
 verify       the moved ZSIDs' rows are the same in both zones, apart from what
-             to_zone wrote since; the lease is released.
+             to_zone wrote since (the consistency check restricted to them:
+             verify_start, the check's Spark job, verify; switch/verify.py); the
+             lease is released.
 rollback     when block, reshard, sync_position or wait_sync failed for good:
              restore the moved ZSIDs' recorded rules (other ZSIDs keep the head's),
              wait for acks; an instance that cannot be reached stays BLOCK or
@@ -52,8 +54,8 @@ from zonesync.meta.store import MetaStore, RulesChanged
 from zonesync.rules.check import check
 from zonesync.rules.model import RuleSet
 from zonesync.switch import plan
+from zonesync.switch import verify as verify_check
 from zonesync.switch.store import FAILED, ROLLED_BACK, RUNNING, SUCCEEDED, Switch, SwitchStore
-from zonesync.switch.verify import compare_moved
 
 log = logging.getLogger("zonesync.switch")
 
@@ -460,24 +462,37 @@ def activate(ctx: SwitchContext) -> int:
     return version
 
 
-def verify(ctx: SwitchContext, timeout_s: float = 30.0) -> dict:
+def _verify_context(ctx: SwitchContext):
     sw = ctx.store.require(ctx.run_id)
     if sw.activated_at is None:
         raise SwitchError("activate has not completed: nothing to verify")
     _, head = _head(ctx.meta)
-    zone_ids = MetaStore(ctx.meta).zones()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        report = compare_moved(ctx.zone_conn, head, sw.request, zone_ids)
-        if not report["mismatched"] or time.monotonic() >= deadline:
-            break
-        time.sleep(0.5)  # what to_zone wrote since activation may still be on its way back
+    return sw, verify_check.check_context(ctx.meta, ctx.run_id, sw.request, head, MetaStore(ctx.meta).zones(),
+                                          ctx.zone_conn)  # fmt: skip
+
+
+def verify_start(ctx: SwitchContext) -> dict:
+    """The consistency check of the moved ZSIDs (switch/verify.py) started: its run, cut and
+    positions; what its Spark job (the DAG's verify_check) needs."""
+    sw, check_ctx = _verify_context(ctx)
+    return verify_check.start(check_ctx, sw.activated_at, sw.recorded_version)
+
+
+def verify(ctx: SwitchContext, result: dict | None = None) -> dict:
+    """The check's result (the verify_check job's) turned into the switch's outcome; the
+    lease released either way."""
+    sw, check_ctx = _verify_context(ctx)
+    if result is None:
+        raise SwitchError("verify: no result of the moved ZSIDs' check: run verify_start and verify_check first")
+    report = verify_check.outcome(check_ctx, result, sw.request.from_zone)
     summary = f"write-blocked window {sw.window_ms:.0f} ms; verified {report['rows']} rows in {report['tables']} tables"
-    if report["mismatched"]:
-        detail = f"{len(report['mismatched'])} rows differ, e.g. {report['mismatched'][:5]}"
+    if report["mismatched"] or report.get("detail"):
+        detail = (f"{len(report['mismatched'])} rows differ, e.g. {report['mismatched'][:5]}" if report["mismatched"]
+                  else report["detail"])  # fmt: skip
         ctx.store.finish(ctx.run_id, FAILED, f"activated, but verify found {detail}")
         ctx.store.release_lease(ctx.run_id)
-        raise SwitchError(f"verify: {detail}: the switch is active; repair the rows, then re-run verify")
+        raise SwitchError(f"verify: {detail}: the switch is active; repair the rows (`zonesync check report "
+                          f"{check_ctx.run_id}`), then re-run verify")  # fmt: skip
     ctx.store.finish(ctx.run_id, SUCCEEDED, summary)
     ctx.store.release_lease(ctx.run_id)
     return report
@@ -522,13 +537,15 @@ STEPS = {
     "reshard": reshard,
     "sync_position": sync_position,
     "activate": activate,
+    "verify_start": verify_start,
     "verify": verify,
     "rollback": rollback,
 }
 
 
-def run_step(ctx: SwitchContext, step: str):
-    """Run one step, recording its start, end and outcome in switch_steps."""
+def run_step(ctx: SwitchContext, step: str, **kw):
+    """Run one step (`kw`: what it takes besides the context: verify's check result),
+    recording its start, end and outcome in switch_steps."""
     store = ctx.store
     fn = STEPS[step]
     sw = store.get(ctx.run_id)
@@ -540,7 +557,7 @@ def run_step(ctx: SwitchContext, step: str):
         raise SwitchError(f"no switch {ctx.run_id}: preflight did not run")
     store.step_started(sw.id, step)
     try:
-        result = fn(ctx)
+        result = fn(ctx, **kw)
     except BaseException as exc:
         store.step_finished(sw.id, step, "failed", f"{type(exc).__name__}: {exc}")
         raise

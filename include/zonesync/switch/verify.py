@@ -1,81 +1,78 @@
 """After activate: are the moved ZSIDs' rows the same in from_zone and to_zone?
 
-What to_zone wrote after activation is legitimately different for a while (it
-is on its way back to from_zone), so rows whose `_zs_origin` is to_zone are left
-out on both sides, and a row missing in to_zone counts as deleted there when
-to_zone holds a tombstone at least as new. Everything else must match exactly:
-it is what from_zone owned and wrote up to P, which wait_sync proved applied.
+The comparison is the consistency check's (docs/consistency-check.md), restricted: its
+zones are from_zone and to_zone, its rows those of the moved ZSIDs (each zone picks
+them itself: zonesync.check.sql.zsid_predicate), and what to_zone wrote since activation
+is left out: rows whose `_zs_origin` is to_zone are not in either zone's chunk
+checksums, and a key whose row carries that origin in either zone is not reported (it
+is on its way back to from_zone). A key to_zone deleted since is not reported either
+(its tombstone is newer than the check's cut, the activation). Everything else must match exactly: it
+is what from_zone owned and wrote up to P, which wait_sync proved applied. Before rows
+are compared, the check waits until each zone applied the other up to its start.
 
-The scan reads whole tables through the client: right for the sample scale of
-the local zones; a production-size comparison belongs to the Spark diff job.
+So verify is three tasks in the DAG: `verify_start` (this module's `start`: the check's
+run, named `<switch run id>.verify`, its cut and positions), `verify_check` (the
+check's Spark job: chunk checksums pushed down to the two zones, rows only of chunks
+that differ), and `verify` (`outcome`: the check's result recorded, its differing rows
+turned into the switch's verdict). Memory stays flat in rows at any table size; the
+check's report (`zonesync check report <switch run id>.verify`) shows every row.
 """
 
 from __future__ import annotations
 
-from zonesync.events import encode_row, pk_text
-from zonesync.rules.extract import RuleIndex, ZsidUnknown
+from collections.abc import Callable
+from datetime import UTC
+
+from zonesync.check import steps as check_steps
+from zonesync.check.request import CheckRequest
+from zonesync.check.store import SUCCEEDED, CheckStore
+from zonesync.meta.db import MetaConfig
 from zonesync.rules.model import RuleSet
-from zonesync.runtime.endpoints import primary_key
 from zonesync.switch.plan import SwitchRequest
 
 
-def _in(spans, zsid: int) -> bool:
-    return any(lo <= zsid <= hi for lo, hi in spans)
+def check_run_id(switch_run_id: str) -> str:
+    return f"{switch_run_id}.verify"
 
 
-def _rows(conn, table: str, index: RuleIndex, spans) -> dict[str, dict]:
-    pk = primary_key(conn, table)
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT * FROM `{table}`")
-        names = [d[0] for d in cur.description]
-        out = {}
-        for values in cur.fetchall():
-            row = dict(zip(names, values, strict=True))
-            try:
-                zsid = index.zsid_of(table, row)
-            except ZsidUnknown:
-                continue
-            if _in(spans, zsid):
-                record = encode_row(row)
-                out[pk_text({c: record[c] for c in pk})] = record
-    return out
+def check_context(meta: MetaConfig, switch_run_id: str, req: SwitchRequest, rules: RuleSet, zone_ids: dict,
+                  zone_conn: Callable) -> check_steps.CheckContext:  # fmt: skip
+    request = CheckRequest(
+        zones=(req.from_zone, req.to_zone),
+        tables=tuple(sorted(rules.tables)),
+        reason=f"verify of zone switch {switch_run_id}: ZSIDs {req.zsids_text} {req.from_zone} -> {req.to_zone}",
+        zsids=tuple(req.zsids),
+        exclude_origin=int(zone_ids[req.to_zone]),
+    )
+    return check_steps.CheckContext(meta, check_run_id(switch_run_id), request, zone_conn, actor="zone_switch")
 
 
-def _tombstones(conn, table: str) -> dict[str, int]:
-    with conn.cursor() as cur:
-        cur.execute("SELECT pk, version FROM zonesync.tombstones WHERE table_name = %s", (table,))
-        return {pk: int(v) for pk, v in cur.fetchall()}
+def start(ctx: check_steps.CheckContext, activated_at, recorded_version: int) -> dict:
+    """The check's run (refusals change nothing) and its start; what its Spark job needs.
+
+    The cut is the activation (by the meta store's clock), not a moment before now: what
+    from_zone wrote up to P, its last writes before the switch included, is compared;
+    what to_zone wrote since is left out by its origin whatever its version, and a key
+    to_zone deleted since (its tombstone newer than the cut) is not reported. The rules
+    whose owners are right are those recorded before the switch: from_zone's rows are the
+    truth the moved ZSIDs' rows in to_zone must match."""
+    run = check_steps.preflight(ctx)
+    cut = int(activated_at.replace(tzinfo=UTC).timestamp() * 1_000_000)
+    check_steps.record_start(ctx, cut, recorded_version)
+    return {"check_run_id": run.run_id, "zones": ",".join(run.zones), "tables": ",".join(run.tables)}
 
 
-def compare_moved(zone_conn, rules: RuleSet, req: SwitchRequest, zone_ids: dict[str, int]) -> dict:
-    index = RuleIndex(rules)
-    new_owner = zone_ids[req.to_zone]
-    mismatched: list[str] = []
-    total = 0
-    for table in sorted(rules.tables):
-        conns = {z: zone_conn(z) for z in (req.from_zone, req.to_zone)}
-        try:
-            # from_zone first: a row to_zone rewrote that reached from_zone before this read
-            # is then rewritten (or tombstoned) in to_zone's later read as well
-            source = _rows(conns[req.from_zone], table, index, req.zsids)
-            target = _rows(conns[req.to_zone], table, index, req.zsids)
-            tombs = _tombstones(conns[req.to_zone], table)
-        finally:
-            for c in conns.values():
-                c.close()
-        keys = {k for k, r in source.items() if r.get("_zs_origin") != new_owner}
-        keys |= {k for k, r in target.items() if r.get("_zs_origin") != new_owner}
-        for key in sorted(keys):
-            a, b = source.get(key), target.get(key)
-            total += 1
-            if (b is not None and b.get("_zs_origin") == new_owner) or (a and a.get("_zs_origin") == new_owner):
-                continue  # rewritten by the new owner since
-            if a is None and b is not None:
-                mismatched.append(f"{table}{key}: only in {req.to_zone}")
-            elif b is None:
-                if tombs.get(key, -1) >= int(a.get("_zs_version") or 0):
-                    continue  # deleted by the new owner since
-                mismatched.append(f"{table}{key}: missing in {req.to_zone}")
-            elif a != b:
-                mismatched.append(f"{table}{key}: differs")
-    return {"tables": len(rules.tables), "rows": total, "mismatched": mismatched}
+def outcome(ctx: check_steps.CheckContext, result: dict, from_zone: str) -> dict:
+    """The check's result recorded (zonesync.check.steps.finish: its report, alerts), and
+    the switch's verdict: {tables, rows (from_zone's rows of the moved ZSIDs compared),
+    mismatched (one line per differing row), detail (when the check did not pass)}."""
+    run = check_steps.finish(ctx, result)
+    diffs = CheckStore(ctx.meta).diffs(run.run_id, limit=1000)
+    mismatched = [f"{d['table']}{d['key']}: " + "; ".join(f"{z} {w if isinstance(w, str) else ', '.join(w)}"
+                                                         for z, w in sorted(d["zones"].items()))
+                  for d in diffs]  # fmt: skip
+    rows = sum(int((t.get("rows") or {}).get(from_zone) or 0) for t in result["tables"].values())
+    report = {"tables": len(result["tables"]), "rows": rows, "mismatched": mismatched}
+    if run.status != SUCCEEDED:
+        report["detail"] = run.detail
+    return report

@@ -9,11 +9,14 @@ trigger rule in the DAG, never a callback here.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
+from zonesync.check.request import CheckRefused
 from zonesync.meta.guards import AckTimeout, UnhealthyGuards
 from zonesync.runtime.endpoints import Endpoint
 from zonesync.switch.gate import GateClosed, GateNotReady, wait_gate
@@ -116,11 +119,11 @@ class ZoneSwitchStepOperator(BaseOperator):
         self.meta_conn_id = meta_conn_id
         self.after = after
 
-    def run_step(self, context):
+    def run_step(self, context, **kw):
         ctx = switch_context(context, self.meta_conn_id)
         pass_gate(self, context, ctx, self.step, self.after, self.gate_closed)
         try:
-            return run_step(ctx, self.step)
+            return run_step(ctx, self.step, **kw)
         except self.final_errors as exc:
             raise AirflowFailException(f"{self.step}: {exc}") from exc
 
@@ -164,8 +167,24 @@ class ZoneSwitchActivateOperator(ZoneSwitchStepOperator):
     gate_closed = AirflowFailException  # not activated: the run must end failed, verify upstream_failed
 
 
+class ZoneSwitchVerifyStartOperator(ZoneSwitchStepOperator):
+    """The check of the moved ZSIDs started; its run id, zones and tables for verify_check."""
+
+    step = "verify_start"
+    final_errors = (*ZoneSwitchStepOperator.final_errors, CheckRefused)
+
+
 class ZoneSwitchVerifyOperator(ZoneSwitchStepOperator):
+    """The check's result (the verify_check task's file) turned into the switch's outcome."""
+
     step = "verify"
+    check_task = "verify_check"
+
+    def execute(self, context):
+        result = json.loads(Path(context["ti"].xcom_pull(task_ids=self.check_task)).read_text())
+        report = self.run_step(context, result=result)
+        self.log.info("verify: %s", report)
+        return report
 
 
 class ZoneSwitchRollbackOperator(ZoneSwitchStepOperator):

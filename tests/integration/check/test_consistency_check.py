@@ -130,3 +130,37 @@ def test_differing_keys_keeps_only_keys_not_alike_everywhere(spark):
     assertDataFrameEqual(got, expected)
     pk, rows = check_rows.as_rows(got.where("id = 2").collect()[0], ["id"])
     assert pk == {"id": 2} and rows["b"] == {"_v": 5, "_o": 1, "_zs_hash": 12, "cols": {"name": "y"}}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"column": "v", "function": "modulo", "buckets": 1024},
+        {"column": "v", "function": "map", "map": {"-3": 5, "7": 40, "1500": 1000}},
+        {"column": "v", "function": "range", "ranges": [{"lo": -10, "hi": 99, "zsid": 5},
+                                                         {"lo": 100, "hi": 5000, "zsid": 600}]},
+    ],
+    ids=["modulo", "map", "range"],
+)  # fmt: skip
+def test_a_zone_picks_the_rows_of_some_zsids_as_the_guard_computes_them(zones, spec):
+    """zsid_predicate in MariaDB against rules.extract.zsid_of in Python, negative values
+    and NULL included: the switch's verify compares exactly the moved ZSIDs' rows."""
+    from tests.support.rules import rules_doc
+    from zonesync.check.sql import zsid_predicate
+    from zonesync.rules.extract import ZsidUnknown, zsid_of
+
+    rules = rules_doc(tables={"zsid_probe": spec})
+    table = rules.tables["zsid_probe"]
+    spans = [(0, 9), (40, 700)]
+    got = sql(zones["a"], "CREATE TEMPORARY TABLE zsid_probe (v BIGINT NULL)",
+              "INSERT INTO zsid_probe SELECT CAST(seq AS SIGNED) - 1100 FROM seq_0_to_3300", "INSERT INTO zsid_probe VALUES (NULL)",
+              f"SELECT v FROM zsid_probe WHERE {zsid_predicate(table, rules.zsid_min, spans)}", fetch=True)  # fmt: skip
+
+    def moved(v):
+        try:
+            return any(lo <= zsid_of(table, {"v": v}, rules.zsid_min) <= hi for lo, hi in spans)
+        except ZsidUnknown:
+            return False
+
+    expected = sorted(v for v in range(-1100, 2201) if moved(v))
+    assert expected and sorted(v for (v,) in got) == expected

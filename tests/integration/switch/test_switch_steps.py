@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import guard_process
 from tests.support.replication import checksum, wait_converged
-from tests.support.switching import Writers, context, run_switch, wait_replication_reported, wait_sync
+from tests.support.switching import Writers, context, run_switch, verify, wait_replication_reported, wait_sync
 from zonesync.meta.guards import AckTimeout
 from zonesync.meta.store import MetaStore
 from zonesync.rules.extract import RuleIndex
@@ -67,7 +67,8 @@ def test_happy_path_under_load_keeps_one_writer(switching, guard_env, meta, zone
     for tenant in last_a:
         assert rows_b[tenant][4] > 0
     steps_done = [s["step"] for s in SwitchStore(meta).steps(sw.id)]
-    assert steps_done == ["preflight", "record_state", "block", "reshard", "sync_position", "activate", "verify"]
+    assert steps_done == ["preflight", "record_state", "block", "reshard", "sync_position", "activate",
+                          "verify_start", "verify"]  # fmt: skip
     assert SwitchStore(meta).leases() == [], "the lease is released at the end"
 
 
@@ -168,7 +169,7 @@ def test_activate_retries_until_acked_and_never_rolls_back(switching, guard_env,
         os.kill(proc.pid, signal.SIGCONT)
         steps.run_step(ctx, "activate")
         assert "not rolled back" in steps.run_step(ctx, "rollback")
-        steps.run_step(ctx, "verify")
+        verify(ctx)
         assert _owner(meta, 5) == ("b", "ACTIVE")
         sw = SwitchStore(meta).require(ctx.run_id)
         assert sw.status == SUCCEEDED
@@ -228,6 +229,41 @@ def test_preflight_refuses_without_replication_or_when_halted(switching, cluster
         steps.run_step(context(meta, zones), "preflight")
 
 
+def test_verify_names_a_moved_row_changed_behind_replication_and_no_unmoved_one(switching, guard_env, meta, zones):
+    """verify is the consistency check restricted to the moved ZSIDs: a moved row changed
+    in b behind replication's back fails the switch with the row named; the same damage
+    to a row of an unmoved ZSID is not its business; what b writes after activation is
+    left out."""
+    ga, gb = guard_env("a", period=0.2), guard_env("b", period=0.2)
+    with ga.transaction() as tx:
+        for tenant in (7, 8, 300):  # ZSIDs 7 and 8 move, 300 stays in a
+            tx.insert("tenants", {"tenant_id": tenant, "name": f"tenant {tenant}"})
+    wait_converged(zones, ("tenants",))
+    ctx = context(meta, zones)
+    for step in ("preflight", "record_state", "block", "reshard", "sync_position"):
+        steps.run_step(ctx, step)
+    assert wait_sync(ctx, 20) == []
+    steps.run_step(ctx, "activate")
+    with gb.transaction() as tx:  # the new owner's write: on its way back to a, not a difference
+        tx.update("tenants", {"tenant_id": 8}, {"name": "b's first"})
+    conn = zones["b"].connect("zonesync_app")
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION skip_replication = 1")
+        cur.execute("UPDATE tenants SET name = 'damaged' WHERE tenant_id IN (7, 300)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(steps.SwitchError, match=r"verify: 1 rows differ, e.g. \['tenants\[7\]: b name'\]"):
+        verify(ctx)
+    sw = SwitchStore(meta).require(ctx.run_id)
+    assert sw.status == "failed" and "tenants[7]" in sw.detail and SwitchStore(meta).leases() == []
+    from zonesync.check.store import CheckStore
+
+    check = CheckStore(meta).require(f"{ctx.run_id}.verify")
+    assert check.zones == ("a", "b") and check.zsids == [(0, 99)] and check.exclude_origin == 2
+    # right: the owner before the switch (from_zone's rows are the truth up to P)
+    assert [(d["key"], d["right"]) for d in CheckStore(meta).diffs(check.run_id)] == [("[7]", "a")]
+
+
 def test_rows_move_with_their_versions(switching, guard_env, meta, zones):
     """S000-29: after activate, b's first write to a moved row starts from a's last version."""
     ga, gb = guard_env("a", period=0.2), guard_env("b", period=0.2)
@@ -250,6 +286,8 @@ FORWARD = ("preflight", "record_state", "block", "reshard", "sync_position", "wa
 def _run(ctx, step):
     if step == "wait_sync":
         assert wait_sync(ctx, 20) == []
+    elif step == "verify":
+        verify(ctx)
     else:
         steps.run_step(ctx, step)
 
