@@ -53,7 +53,7 @@ with DAG(
             uniqueItems=True,
             description="Tables to check; empty: every table the rule set replicates.",
         ),  # fmt: skip
-        "chunk_rows": Param(50000, type="integer", minimum=100, maximum=10000000, description="Rows per chunk."),
+        "chunk_rows": Param(100000, type="integer", minimum=100, maximum=10000000, description="Rows per chunk."),
         "rows": Param(True, type="boolean", description="Read and diff the rows of chunks that differ."),
         "repair": Param(
             False, type="boolean", description="Set each differing row to its owner's row where a zone has it wrong."

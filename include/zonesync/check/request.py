@@ -19,7 +19,7 @@ class CheckRefused(ValueError):
 class CheckRequest:
     zones: tuple[str, ...] = ()  # empty: every zone of the mesh
     tables: tuple[str, ...] = ()  # empty: every replicated table
-    chunk_rows: int = 50_000
+    chunk_rows: int = 100_000
     rows: bool = True  # read and diff the rows of chunks that differ
     repair: bool = False
     reason: str = "scheduled"

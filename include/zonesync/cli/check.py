@@ -96,7 +96,7 @@ def register(sub) -> None:
     cp.add_argument("command", nargs="*", help="empty to start a check, or: status RUN_ID | report RUN_ID")
     cp.add_argument("--zones", action="append", help="zones to compare (repeat, or a,b); default: every zone")
     cp.add_argument("--tables", action="append", help="tables to check (repeat, or a,b); default: every replicated one")
-    cp.add_argument("--chunk-rows", type=int, default=50_000, help="rows per key-range chunk")
+    cp.add_argument("--chunk-rows", type=int, default=100_000, help="rows per key-range chunk")
     cp.add_argument("--parallel", type=int, default=16, help="chunks per wave, each asked of every zone at once")
     cp.add_argument("--no-rows", action="store_true", help="checksums only: do not read the rows of differing chunks")
     cp.add_argument("--repair", action="store_true",

@@ -153,7 +153,8 @@ def test_a_zone_picks_the_rows_of_some_zsids_as_the_guard_computes_them(zones, s
     table = rules.tables["zsid_probe"]
     spans = [(0, 9), (40, 700)]
     got = sql(zones["a"], "CREATE TEMPORARY TABLE zsid_probe (v BIGINT NULL)",
-              "INSERT INTO zsid_probe SELECT CAST(seq AS SIGNED) - 1100 FROM seq_0_to_3300", "INSERT INTO zsid_probe VALUES (NULL)",
+              "INSERT INTO zsid_probe SELECT CAST(seq AS SIGNED) - 1100 FROM seq_0_to_3300",
+              "INSERT INTO zsid_probe VALUES (NULL)",
               f"SELECT v FROM zsid_probe WHERE {zsid_predicate(table, rules.zsid_min, spans)}", fetch=True)  # fmt: skip
 
     def moved(v):
