@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.copy.test_online_copy import seed
-from tests.support.replication import row_locks, wait_converged
+from tests.support.replication import behind_replication, row_locks, wait_converged
 from zonesync.check.store import CheckStore
 
 pytestmark = [pytest.mark.dags, pytest.mark.integration, pytest.mark.slow]
@@ -50,12 +50,7 @@ def test_converged_zones_pass_and_a_changed_row_fails_the_run(ready, zones, meta
     assert check.status == "succeeded" and check.zones == ("a", "b", "c") and check.summary["tenants"]["rows"] == {
         "a": 1000, "b": 1000, "c": 1000}  # fmt: skip
 
-    conn = zones["b"].connect("zonesync_app")
-    with conn.cursor() as cur:
-        cur.execute("SET SESSION skip_replication = 1")
-        cur.execute("UPDATE tenants SET name = 'changed behind replication' WHERE tenant_id = 7")
-    conn.commit()
-    conn.close()
+    behind_replication(zones["b"], "UPDATE tenants SET name = 'changed behind replication' WHERE tenant_id = 7")
     run = dag.test(run_conf=CONF)
     states = _states(run)
     assert run.state == "failed" and states["finish"] == "failed" and states["fail"] == "skipped", states

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.copy.test_online_copy import seed, wipe
-from tests.support.replication import checksum, wait_converged
+from tests.support.replication import behind_replication, checksum, wait_converged
 from zonesync.copy.store import CopyStore
 
 pytestmark = [pytest.mark.dags, pytest.mark.integration, pytest.mark.slow]
@@ -81,12 +81,8 @@ def test_a_copy_whose_verify_fails_rolls_back_and_the_run_fails(ready, zones, me
     rolled back, naming the failed task."""
     seed(zones, "a", range(1, 301))
     wait_converged(zones, ("tenants",), timeout=60)
-    conn = zones["b"].connect("zonesync_app")
-    with conn.cursor() as cur:
-        cur.execute("SET SESSION skip_replication = 1")
-        cur.execute("INSERT INTO tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (500, 'only b', 2, 5)")
-    conn.commit()
-    conn.close()
+    behind_replication(zones["b"], "INSERT INTO tenants (tenant_id, name, _zs_origin, _zs_version) VALUES "
+                                   "(500, 'only b', 2, 5)")  # fmt: skip
     run = dag.test(run_conf={**CONF, "tables": ["tenants"]})
     states = _states(run)
     assert run.state == "failed" and states["verify"] == "failed" and states["rollback"] == "success", states

@@ -33,6 +33,20 @@ REPLICATION_META = (
 )
 
 
+def behind_replication(inst, *statements: str) -> None:
+    """Statements run in a zone's app database that its replicator never publishes (the
+    damage a consistency check or a switch's verify must find)."""
+    conn = inst.connect("zonesync_app")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION skip_replication = 1")
+            for sql in statements:
+                cur.execute(sql)
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def reset_state(zones, meta) -> None:
     """Empty the app tables and every piece of replication state, before workers start."""
     for name in ZONES:

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.support import guard_process
-from tests.support.replication import checksum, wait_converged
+from tests.support.replication import behind_replication, checksum, wait_converged
 from tests.support.switching import Writers, context, run_switch, verify, wait_replication_reported, wait_sync
 from zonesync.meta.guards import AckTimeout
 from zonesync.meta.store import MetaStore
@@ -246,12 +246,7 @@ def test_verify_names_a_moved_row_changed_behind_replication_and_no_unmoved_one(
     steps.run_step(ctx, "activate")
     with gb.transaction() as tx:  # the new owner's write: on its way back to a, not a difference
         tx.update("tenants", {"tenant_id": 8}, {"name": "b's first"})
-    conn = zones["b"].connect("zonesync_app")
-    with conn.cursor() as cur:
-        cur.execute("SET SESSION skip_replication = 1")
-        cur.execute("UPDATE tenants SET name = 'damaged' WHERE tenant_id IN (7, 300)")
-    conn.commit()
-    conn.close()
+    behind_replication(zones["b"], "UPDATE tenants SET name = 'damaged' WHERE tenant_id IN (7, 300)")
     with pytest.raises(steps.SwitchError, match=r"verify: 1 rows differ, e.g. \['tenants\[7\]: b name'\]"):
         verify(ctx)
     sw = SwitchStore(meta).require(ctx.run_id)
