@@ -8,6 +8,13 @@ b2], …, (bn, +inf): a row inserted anywhere later still falls in exactly one, 
 chunk's rows are read `WHERE key > lo AND key <= hi` (seed S000-77: keyed, never an
 OFFSET over the rows, so deletes behind the copy shift nothing).
 
+A large table keyed by one integer column whose keys are dense (their span at most
+twice the rows InnoDB estimates) is planned by arithmetic instead: bounds every
+`chunk_rows` keys from its first key. Keys are unique, so such a chunk holds at most
+`chunk_rows` rows (fewer where keys are missing), and the walk's CPU (a scan of the
+clustered index: 1.4 s of a zone's CPU for 10M rows) is saved; with sparse keys, or a
+table too small for the walk to matter, or no estimate yet, the walk it is.
+
 The plan is written to the target's zonesync.copy_chunks chunk by chunk as it is found,
 while the first chunks are already copied (a re-run reads it back, and goes on planning
 after its last chunk if it ends before +inf); a chunk becomes 'done' in the same
@@ -86,9 +93,39 @@ def predicate(cols: list[str], lo: list[int] | None, hi: list[int] | None, alias
     return " AND ".join(parts) or "1 = 1"
 
 
+DENSE_MIN_ROWS = 1_000_000  # below this, the walk costs less than a second's tenth
+
+
+def dense_keys(conn, table: str, col: str) -> tuple[int, int] | None:
+    """(first key, last key) of a table of at least DENSE_MIN_ROWS estimated rows whose
+    integer keys span at most twice that many values; None otherwise (see above)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+                    "AND TABLE_NAME = %s", (table,))  # fmt: skip
+        row = cur.fetchone()
+        estimate = int(row[0] or 0) if row else 0
+        span = None
+        if estimate >= DENSE_MIN_ROWS:
+            cur.execute(f"SELECT MIN({q(col)}), MAX({q(col)}) FROM {q(table)}")  # the index's two ends
+            span = cur.fetchone()
+    conn.commit()
+    if span is None or span[0] is None or int(span[1]) - int(span[0]) + 1 > 2 * estimate:
+        return None
+    return int(span[0]), int(span[1])
+
+
 def bounds_after(conn, table: str, cols: list[str], chunk_rows: int, after: list[int] | None):
     """Each next chunk boundary after the key `after` (None: from the first key), one
-    index step of `chunk_rows` keys each, as they are found (a generator)."""
+    index step of `chunk_rows` keys each (or, dense keys, every `chunk_rows` values: see
+    above), as they are found (a generator)."""
+    dense = dense_keys(conn, table, cols[0]) if len(cols) == 1 else None
+    if dense is not None:
+        first, last = dense
+        bound = (int(after[0]) if after is not None else first - 1) + chunk_rows
+        while bound < last:
+            yield [bound]
+            bound += chunk_rows
+        return
     key_list = ", ".join(q(c) for c in cols)
     last = after
     while True:
