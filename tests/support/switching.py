@@ -42,24 +42,17 @@ def wait_sync(ctx: SwitchContext, timeout: float) -> list[str]:
 def verify(ctx: SwitchContext, settle_timeout_s: float = 30.0) -> dict:
     """The DAG's verify_start, verify_check (the consistency check's Spark job, here in the
     test run's session) and verify."""
-    import argparse
     import tempfile
     from pathlib import Path
 
     from spark_jobs import consistency_check
-    from tests.support.rules import meta_url
+    from tests.integration.check.conftest import job_args
     from tests.support.spark import session
 
     started = steps.run_step(ctx, "verify_start")
-    zones = ZONES_OF[ctx.run_id]
-    names = started["zones"].split(",")
-    args = argparse.Namespace(
-        run_id=started["check_run_id"], table=started["tables"].split(","), parallel=8, rows=True,
-        settle_timeout_s=settle_timeout_s, max_lag_s=0.0, stop_after=0, meta=meta_url(ctx.meta), docs=None,
-        output=str(Path(tempfile.mkdtemp(prefix="verify-")) / "check.json"),
-        zone=[f"{z}=jdbc:mysql://127.0.0.1:{zones[z].port}/zonesync_app" for z in names],
-        zone_user=[f"{z}=root" for z in names],
-    )  # fmt: skip
+    args = job_args(ctx.meta, ZONES_OF[ctx.run_id], Path(tempfile.mkdtemp(prefix="verify-")),
+                    started["check_run_id"], tables=started["tables"].split(","), parallel=8,
+                    settle_timeout_s=settle_timeout_s, docs=None)  # fmt: skip
     result = consistency_check.run(session(), args)
     return steps.run_step(ctx, "verify", result=result)
 

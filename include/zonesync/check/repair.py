@@ -43,8 +43,6 @@ from zonesync.apply.tools.owner_row import put_row, read_row
 from zonesync.check.store import CheckStore
 from zonesync.copy.chunks import key_columns
 
-REPAIRED = ("inserted", "updated", "deleted")
-
 
 def key_values(key_text: str, key: list[str]) -> dict:
     """The key columns' values of a difference's key text (events.pk_text: column-name order)."""
@@ -55,11 +53,12 @@ def key_values(key_text: str, key: list[str]) -> dict:
     return dict(zip(names, values, strict=True))
 
 
-def _tombstone(cur, table: str, key_text: str) -> tuple | None:
-    """(version, deleted_at) of the key's tombstone in this zone, locked; None: none."""
-    cur.execute("SELECT version, deleted_at FROM zonesync.tombstones WHERE table_name = %s AND pk = %s FOR UPDATE",
+def _deleted_at(cur, table: str, key_text: str):
+    """When the key's tombstone in this zone was written (locked); None: no tombstone."""
+    cur.execute("SELECT deleted_at FROM zonesync.tombstones WHERE table_name = %s AND pk = %s FOR UPDATE",
                 (table, key_text))  # fmt: skip
-    return cur.fetchone()
+    row = cur.fetchone()
+    return None if row is None else row[0]
 
 
 def fix_zone(conn, table: str, key: dict, key_text: str, owner_row: dict | None, cut_us: int) -> str:
@@ -74,8 +73,8 @@ def fix_zone(conn, table: str, key: dict, key_text: str, owner_row: dict | None,
             row = read_row(cur, table, key, lock=True)
             if row is not None and int(row["_zs_version"]) > cut_us:
                 return _leave(conn, "left: written in this zone since the check")
-            tomb = _tombstone(cur, table, key_text)
-            if row is None and tomb is not None and tomb[1] > cut:
+            deleted_at = _deleted_at(cur, table, key_text)
+            if row is None and deleted_at is not None and deleted_at > cut:
                 return _leave(conn, "left: deleted in this zone since the check")
             if row == owner_row:
                 return _leave(conn, "left: already the owner's row")
@@ -112,12 +111,13 @@ def repair(store: CheckStore, run_id: str, zone_conn: Callable, app_db: str, log
     run = store.require(run_id)
     counts: dict[str, int] = {}
     conns: dict[str, object] = {}
+    keys: dict[str, list[str]] = {}  # table -> its primary key's columns
     try:
         for d in store.diffs(run_id, limit=1_000_000):
             if d.get("repair"):
                 counts[d["repair"]] = counts.get(d["repair"], 0) + 1
                 continue
-            outcome = _repair_one(d, run, conns, zone_conn, app_db)
+            outcome = _repair_one(d, run, conns, keys, zone_conn, app_db)
             store.set_repair(run_id, d["table"], d["key"], outcome)
             counts[outcome] = counts.get(outcome, 0) + 1
     finally:
@@ -127,7 +127,7 @@ def repair(store: CheckStore, run_id: str, zone_conn: Callable, app_db: str, log
     return counts
 
 
-def _repair_one(d: dict, run, conns: dict, zone_conn: Callable, app_db: str) -> str:
+def _repair_one(d: dict, run, conns: dict, keys: dict, zone_conn: Callable, app_db: str) -> str:
     """One difference: the owner's row read, then set in each zone that has it wrong; the
     difference's outcome (per zone when they differ)."""
 
@@ -140,7 +140,9 @@ def _repair_one(d: dict, run, conns: dict, zone_conn: Callable, app_db: str) -> 
     if right is None:
         return "left: no owner among the checked zones; repair by hand"
     table = d["table"]
-    key = key_values(d["key"], [c for c, _ in key_columns(conn(right), app_db, table)])
+    if table not in keys:
+        keys[table] = [c for c, _ in key_columns(conn(right), app_db, table)]
+    key = key_values(d["key"], keys[table])
     owner = conn(right)
     with owner.cursor() as cur:
         cur.execute("SET SESSION time_zone = '+00:00'")

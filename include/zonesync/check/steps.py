@@ -113,8 +113,7 @@ def finish(ctx: CheckContext, result: dict) -> Check:
     ctx.store.set_summary(ctx.run_id, {**tables, "_expectations": expectations, "_reconcile": counts})
     miscounted = sorted(pair for pair, c in counts.items() if c["mismatch"])
     if any(mismatched.values()) or schema or failed or miscounted:
-        found = ctx.store.diffs(ctx.run_id, limit=1_000_000)
-        diffs = len(found)
+        diffs, repaired = ctx.store.diff_counts(ctx.run_id)
         parts = [f"{t}: {n} chunks differ" for t, n in mismatched.items() if n] + list(schema.values())
         if failed:
             parts.append(f"expectations failed: {', '.join(failed)}")
@@ -124,8 +123,7 @@ def finish(ctx: CheckContext, result: dict) -> Check:
                       {"run_id": ctx.run_id, "rows": diffs, "tables": mismatched, "schema": schema,
                        "expectations": failed, "data_docs": expectations.get("data_docs")})  # fmt: skip
         if ctx.run().repair:
-            fixed = sum(1 for d in found if d["repair"] in check_repair.REPAIRED)
-            parts.insert(0, f"{fixed} of them repaired (`zonesync check report {ctx.run_id}`)")
+            parts.insert(0, f"{repaired} of them repaired (`zonesync check report {ctx.run_id}`)")
         return ctx.store.finish(ctx.run_id, DIFFERENCES, f"{diffs} rows differ; " + "; ".join(parts))
     return ctx.store.finish(ctx.run_id, SUCCEEDED, "every zone holds the same rows; expectations passed")
 

@@ -64,6 +64,7 @@ class Check:
 
 
 COLUMNS = ", ".join(f.name for f in fields(Check))
+REPAIRED = ("inserted", "updated", "deleted")  # what repair did with a difference it mended (check_diffs.repair)
 
 
 class CheckStore:
@@ -191,6 +192,14 @@ class CheckStore:
              "values": {} if vj is None else json.loads(vj), "repair": repair}
             for t, pk, zsid, right, zj, vj, repair in rows
         ]  # fmt: skip
+
+    def diff_counts(self, run_id: str) -> tuple[int, int]:
+        """(differing rows, of them repaired) of a run, counted in meta."""
+        marks = ", ".join(f"'{o}'" for o in REPAIRED)
+        rows, _ = self.meta.run(
+            f"SELECT COUNT(*), COALESCE(SUM(repair IN ({marks})), 0) FROM check_diffs WHERE run_id = %s", (run_id,)
+        )
+        return int(rows[0][0]), int(rows[0][1])
 
     def set_repair(self, run_id: str, table: str, pk: str, outcome: str) -> None:
         """What repair did with one difference (zonesync.check.repair)."""

@@ -486,8 +486,8 @@ def verify(ctx: SwitchContext, result: dict | None = None) -> dict:
         raise SwitchError("verify: no result of the moved ZSIDs' check: run verify_start and verify_check first")
     report = verify_check.outcome(check_ctx, result, sw.request.from_zone)
     summary = f"write-blocked window {sw.window_ms:.0f} ms; verified {report['rows']} rows in {report['tables']} tables"
-    if report["mismatched"] or report.get("detail"):
-        detail = (f"{len(report['mismatched'])} rows differ, e.g. {report['mismatched'][:5]}" if report["mismatched"]
+    if report["differ"] or report.get("detail"):
+        detail = (f"{report['differ']} rows differ, e.g. {report['mismatched'][:5]}" if report["differ"]
                   else report["detail"])  # fmt: skip
         ctx.store.finish(ctx.run_id, FAILED, f"activated, but verify found {detail}")
         ctx.store.release_lease(ctx.run_id)

@@ -65,14 +65,17 @@ def start(ctx: check_steps.CheckContext, activated_at, recorded_version: int) ->
 def outcome(ctx: check_steps.CheckContext, result: dict, from_zone: str) -> dict:
     """The check's result recorded (zonesync.check.steps.finish: its report, alerts), and
     the switch's verdict: {tables, rows (from_zone's rows of the moved ZSIDs compared),
-    mismatched (one line per differing row), detail (when the check did not pass)}."""
+    differ (rows), mismatched (one line per differing row, the first 1000), detail (when
+    the check did not pass)}."""
     run = check_steps.finish(ctx, result)
-    diffs = CheckStore(ctx.meta).diffs(run.run_id, limit=1000)
+    store = CheckStore(ctx.meta)
+    diffs = store.diffs(run.run_id, limit=1000)
     mismatched = [f"{d['table']}{d['key']}: " + "; ".join(f"{z} {w if isinstance(w, str) else ', '.join(w)}"
                                                          for z, w in sorted(d["zones"].items()))
                   for d in diffs]  # fmt: skip
     rows = sum(int((t.get("rows") or {}).get(from_zone) or 0) for t in result["tables"].values())
-    report = {"tables": len(result["tables"]), "rows": rows, "mismatched": mismatched}
+    differ, _ = store.diff_counts(run.run_id)  # all of them; `mismatched` lists the first 1000
+    report = {"tables": len(result["tables"]), "rows": rows, "differ": differ, "mismatched": mismatched}
     if run.status != SUCCEEDED:
         report["detail"] = run.detail
     return report
