@@ -100,6 +100,7 @@ def build_applier(
             group=group,
             lag_warning_s=_seconds(env, "ZONESYNC_LAG_WARNING_S", 60.0),
             group_session_s=_seconds(env, "ZONESYNC_APPLY_GROUP_SESSION_S", 6.0),
+            idle_transaction_s=_seconds(env, "ZONESYNC_APPLY_IDLE_TRANSACTION_S", 10.0),
             atomic_transactions=atomic_transactions
             if atomic_transactions is not None
             else _flag(env, "ZONESYNC_APPLY_ATOMIC_TRANSACTIONS"),

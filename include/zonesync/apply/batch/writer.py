@@ -45,6 +45,8 @@ What goes wrong, and what the writer does then (apply_many):
 
 from __future__ import annotations
 
+import math
+
 import pymysql
 from pymysql.constants import CLIENT
 
@@ -77,6 +79,9 @@ class ZoneWriter:
         # earlier versions: serial apply locks their row instead of waiting (the applier's set)
         self.expired_waits: set[tuple[str, int, int]] = set()
         self.table_weights: dict[str, int] = {}  # the applier's: lighter tables first in a transaction
+        # the applier's (settings.py IDLE_TRANSACTION_S): the server rolls back a transaction
+        # of this connection that stays open and silent this long (None: the server's default)
+        self.idle_transaction_s: float | None = None
         # tables in copy mode (zonesync.copy_tables, decide.py "Copy mode"): the applier's, read
         # once a second and replaced whole when it changes
         self.copying: frozenset[str] = frozenset()
@@ -92,7 +97,20 @@ class ZoneWriter:
                 # READ COMMITTED: no gap locks, so parallel batches inserting new keys never deadlock.
                 init_command="SET time_zone = '+00:00', skip_replication = 1, tx_isolation = 'READ-COMMITTED'",
             )
+            if self.idle_transaction_s:
+                self._limit_idle_transactions(self.conn)
         return self.conn
+
+    def _limit_idle_transactions(self, conn) -> None:
+        """MariaDB ends a transaction left silent longer than idle_transaction_timeout
+        (whole seconds). MySQL has no such variable (error 1193): there a frozen worker's
+        transaction ends with its connection (wait_timeout)."""
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SET SESSION idle_transaction_timeout = {max(1, math.ceil(self.idle_transaction_s))}")
+        except pymysql.err.OperationalError as e:
+            if e.args[0] != 1193:
+                raise
 
     def close(self):
         if self.conn is not None:

@@ -170,6 +170,7 @@ class Applier:
             w = self.writer_factory()
             w.expired_waits = self.book.expired_waits
             w.table_weights = self.settings.table_weights  # tables in weight order inside a transaction
+            w.idle_transaction_s = self.settings.idle_transaction_s
             self._local.writer = w
             with self._writers_lock:
                 w.copying = self.copying

@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 # (the seed's 保护期, S003-34: a hang, a GC pause or a network blip shorter than that moves
 # nothing), then loses them to the live workers.
 GROUP_SESSION_S = 6.0
+# A transaction its applier leaves open and silent this long is rolled back by the server
+# (MariaDB's idle_transaction_timeout): a worker frozen between its claim of a partition
+# and its COMMIT (S003-37) would otherwise hold the partition's apply_state row and its
+# rows' locks until it woke, and the partition's new owner would wait on them, lock wait
+# timeout after lock wait timeout. A live applier's transaction is never silent for more
+# than the time it takes to plan a round's writes (milliseconds); if it ever were, the
+# server ends it and the round is retried from apply_state, as after any lost connection.
+IDLE_TRANSACTION_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -30,6 +38,7 @@ class ApplierSettings:
     table_weights: dict[str, int] = field(default_factory=dict)  # Otter's 权重: lighter tables first
     group: bool = False  # share the zone's partitions with its other appliers (a Kafka consumer group)
     group_session_s: float = GROUP_SESSION_S  # group mode: how long a silent worker keeps its partitions
+    idle_transaction_s: float = IDLE_TRANSACTION_S  # a silent open transaction is rolled back after this
     lag_warning_s: float = 60.0  # a partition this far behind raises lag_warning (lag_report.py)
     atomic_transactions: bool = False  # a source transaction's rows become visible together (atomic_rounds.py)
 
