@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import urllib.parse
 
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
-IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
 def add_zone_args(parser: argparse.ArgumentParser) -> None:

@@ -40,7 +40,8 @@ if __package__ in (None, ""):  # run by spark-submit as a file
 
 from spark_jobs.check_table import TableCheck  # noqa: E402
 from spark_jobs.check_zones import zone_endpoints  # noqa: E402
-from spark_jobs.common import IDENT, add_zone_args, build_session, zone_props  # noqa: E402
+from spark_jobs.common import add_zone_args, build_session, zone_props  # noqa: E402
+from zonesync.sql_names import is_ident  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.table = [t for value in args.table for t in value.split(",") if t]  # the DAG passes "a,b"
     for t in args.table:
-        if not IDENT.match(t):
+        if not is_ident(t):
             parser.error(f"--table {t!r} is not a plain SQL identifier")
     if not 1 <= args.parallel <= 256:
         parser.error(f"--parallel {args.parallel}: use 1..256")

@@ -27,8 +27,9 @@ if __package__ in (None, ""):  # run by spark-submit as a file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from spark_jobs.common import IDENT, add_zone_args, build_session, db_connect, jvm_endpoint, zone_props  # noqa: E402
+from spark_jobs.common import add_zone_args, build_session, db_connect, jvm_endpoint, zone_props  # noqa: E402
 from spark_jobs.copy_waves import Gate, Planner, copy_planner  # noqa: E402
+from zonesync.sql_names import is_ident  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.table = [t for value in args.table for t in value.split(",") if t]  # --table a,b too
     for t in args.table:
-        if not IDENT.match(t):
+        if not is_ident(t):
             parser.error(f"--table {t!r} is not a plain SQL identifier")
     if not 100 <= args.chunk_rows <= 10_000_000:
         parser.error(f"--chunk-rows {args.chunk_rows} is out of range: use 100..10000000")

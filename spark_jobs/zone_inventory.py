@@ -18,7 +18,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by spark-submit as a file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spark_jobs.common import IDENT, add_zone_args, build_session, read_table_partitioned, zone_props  # noqa: E402
+from spark_jobs.common import add_zone_args, build_session, read_table_partitioned, zone_props  # noqa: E402
+from zonesync.sql_names import is_ident  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -29,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_zone_args(parser)
     args = parser.parse_args(argv)
     for field in ("table", "key"):
-        if not IDENT.match(getattr(args, field)):
+        if not is_ident(getattr(args, field)):
             parser.error(f"--{field} {getattr(args, field)!r} is not a plain SQL identifier")
     if not 1 <= args.partitions <= 256:
         parser.error(f"--partitions {args.partitions} is out of range: use 1..256")

@@ -28,12 +28,12 @@ environment runs in (its `run/` dir exists), as after `zonesync dev up`.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from zonesync.sql_names import is_zone_name
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ZONE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
 
 
 class ConfigError(ValueError):
@@ -107,7 +107,7 @@ def parse_zone_names(raw: str, field: str = "ZONESYNC_ZONES") -> list[str]:
     if not names:
         raise ConfigError(f"{field} is empty: give comma-separated zone names, e.g. a,b,c")
     for name in names:
-        if not ZONE_NAME_RE.match(name):
+        if not is_zone_name(name):
             raise ConfigError(
                 f"{field}: zone name {name!r} is invalid: use lower-case letters, digits and _ "
                 "(start with a letter, at most 16 characters)"

@@ -22,7 +22,7 @@ class SourceDB:
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)
     schemas: list[str] = field(default_factory=lambda: ["zonesync_app"])
     _pks: dict[tuple[str, str], list[str]] = field(default_factory=dict, repr=False, compare=False)
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from zonesync import config
-from zonesync.copy.request import ZONE, CopyRefused
+from zonesync.copy.request import CopyRefused
+from zonesync.sql_names import is_zone_name
 
 BOOKKEEPING = config.REPO_ROOT / "include" / "sql" / "zone"
 MAX_ZONE_ID = 16  # zones run with auto_increment_increment=16, offset = zone id (table contract)
@@ -46,7 +47,7 @@ def add_zone(meta, name: str, zone_conn, partitions: int, zone_id: int | None = 
     zone id. CopyRefused, with nothing changed, for a bad or taken name or id."""
     from zonesync.meta.store import MetaStore
 
-    if not isinstance(name, str) or not ZONE.match(name):
+    if not isinstance(name, str) or not is_zone_name(name):
         raise CopyRefused(f"name: {name!r} is not a zone name (lower-case letters, digits, _; e.g. 'd')")
     store = MetaStore(meta)
     zones = store.zones()

@@ -28,6 +28,7 @@ import time
 
 from zonesync.dal.errors import RowNotFoundHere, TableContractError, TransactionDeadlineExceeded
 from zonesync.runtime.endpoints import primary_key
+from zonesync.sql_names import quote
 
 BOOKKEEPING = ("_zs_origin", "_zs_version")
 
@@ -40,9 +41,7 @@ def tombstone_key(row: dict, pk: list[str]) -> str:
 
 
 def _q(name: str) -> str:
-    if not name.replace("_", "").isalnum():
-        raise TableContractError(f"identifier {name!r} is not a plain SQL name")
-    return f"`{name}`"
+    return quote(name, TableContractError)
 
 
 def load_table_meta(conn, table: str) -> tuple[list[str], list[str]]:

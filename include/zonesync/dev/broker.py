@@ -31,7 +31,7 @@ import sys
 import threading
 from pathlib import Path
 
-TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 class BrokerError(RuntimeError):
@@ -88,7 +88,7 @@ class MockCluster:
         self.topics: dict[str, int] = {}
 
     def create_topic(self, topic: str, partitions: int, replication: int = 1) -> None:
-        if not TOPIC_RE.match(topic):
+        if not TOPIC_RE.fullmatch(topic):
             raise BrokerError(f"topic name {topic!r} is invalid: use letters, digits, '.', '_' and '-'")
         if not 1 <= partitions <= 1024:
             raise BrokerError(f"partitions={partitions} is out of range: use 1..1024")

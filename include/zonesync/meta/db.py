@@ -14,19 +14,18 @@ ran, so a migration interrupted by a crash runs again, harmlessly, next time.
 from __future__ import annotations
 
 import os
-import re
 import urllib.parse
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pymysql
 
 from zonesync import config
 from zonesync.runtime.endpoints import CONNECT_TIMEOUT_S, READ_TIMEOUT_S
+from zonesync.sql_names import is_ident
 
 MIGRATIONS = config.REPO_ROOT / "include" / "sql" / "meta"
-DB_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
 class MetaError(RuntimeError):
@@ -44,7 +43,7 @@ class MetaConfig:
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)
     database: str
 
     @classmethod
@@ -59,7 +58,7 @@ class MetaConfig:
         if parsed.scheme not in ("mysql", "mariadb") or not parsed.hostname:
             raise config.ConfigError("ZONESYNC_META_URL must look like mysql://user:password@host:port/database")
         database = parsed.path.lstrip("/") or "zonesync_meta"
-        if not DB_NAME_RE.match(database):
+        if not is_ident(database):
             raise config.ConfigError(f"ZONESYNC_META_URL: database name {database!r} is invalid")
         return cls(
             host=parsed.hostname,

@@ -21,14 +21,14 @@ class TransportError(RuntimeError):
     pass
 
 
-TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]{0,100}$")
+TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{0,100}")
 
 
 def topic(zone: str) -> str:
     """A zone's change topic: zonesync.<zone>.changes, after ZONESYNC_TOPIC_PREFIX when set
     (several environments sharing one Kafka cluster, e.g. `staging.`)."""
     prefix = os.environ.get("ZONESYNC_TOPIC_PREFIX", "")
-    if not TOPIC_PREFIX.match(prefix):
+    if not TOPIC_PREFIX.fullmatch(prefix):
         raise TransportError(
             f"ZONESYNC_TOPIC_PREFIX={prefix!r}: use up to 100 letters, digits, '.', '_' or '-', e.g. 'staging.'"
         )

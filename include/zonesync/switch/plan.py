@@ -57,7 +57,7 @@ from zonesync.rules.check import RuleCheckError, check
 from zonesync.rules.model import ACTIVE, BLOCK, RESHARDING, Rule, RuleSet
 
 Span = tuple[int, int]
-_PART = re.compile(r"^([0-9]+)(?:\s*-\s*([0-9]+))?$")
+_PART = re.compile(r"([0-9]+)(?:\s*-\s*([0-9]+))?")
 
 
 class SwitchPlanError(ValueError):
@@ -91,7 +91,7 @@ def parse_zsids(text: str) -> list[Span]:
         part = raw.strip()
         if not part:
             raise ValueError(f"part {i} of {text!r} is empty: remove the extra comma")
-        m = _PART.match(part)
+        m = _PART.fullmatch(part)
         if m is None:
             raise ValueError(f"part {i} {part!r} is neither a ZSID nor a range 'lo-hi' of non-negative integers")
         lo = int(m[1])

@@ -7,20 +7,15 @@ trip per request, not per statement.
 
 from __future__ import annotations
 
-import re
-
 import pymysql
 
 from zonesync.apply.batch.literals import row_tuples
 from zonesync.apply.errors import ApplyError
-
-IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+from zonesync.sql_names import quote
 
 
 def q(name: str) -> str:
-    if not IDENT.match(name):
-        raise ApplyError(f"identifier {name!r} is not a plain SQL name")
-    return f"`{name}`"
+    return quote(name, ApplyError)
 
 
 def result_sets(cur, statements: list[str]):

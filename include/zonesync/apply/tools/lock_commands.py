@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 import pymysql
 
 from zonesync import events
-from zonesync.apply.batch.statements import IDENT
 from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.apply.errors import TableMissing
 from zonesync.apply.tools.owner_row import put_row
 from zonesync.events import ChangeEvent, EventError, decode_message, decode_row, encode_row, pk_text
+from zonesync.sql_names import is_ident
 
 PK_FORMS = "a JSON list of the key values, e.g. '[42]', or an object by column, e.g. '{\"tenant_id\": 42}'"
 
@@ -76,7 +76,7 @@ def key_text(writer: ZoneWriter, table: str, pk: str) -> str:
     and --pk. A list gives the key values in the order `zonesync locks list` prints them
     (the key columns sorted by name: for a one-column key, just that value). The target's
     row, when there, supplies the values as the applier encodes them (a date, a decimal)."""
-    if not IDENT.match(table or ""):
+    if not is_ident(table):
         raise LockError(f"--table {table!r} is not a table name")
     try:
         columns = writer.primary_key(table)
