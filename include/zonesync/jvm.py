@@ -57,3 +57,29 @@ def submit_options(dispatch_only: bool = False) -> list[str]:
     its JVM options (driver_conf), no UI."""
     conf = [a for k, v in driver_conf(dispatch_only).items() for a in ("--conf", f"{k}={v}")]
     return ["--jars", jars_option(), "--driver-class-path", class_path(), "--conf", "spark.ui.enabled=false", *conf]
+
+
+# What spark-submit inherits from the process that starts it (an Airflow worker): the
+# names a JVM, Spark and the job's Python need, and zonesync's own settings; never
+# Airflow's environment (its Fernet key, JWT secret, metadata DSN, every AIRFLOW_CONN_*)
+# nor a setting that may carry a credential (a password, secret, token or key, a URL
+# with its user:password). The job's own secrets (each zone's JDBC password, the meta
+# store's) are added by name by whoever starts it.
+SUBMIT_ENV = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "JAVA_HOME", "JAVA_TOOL_OPTIONS",
+    "SPARK_HOME", "SPARK_CONF_DIR", "SPARK_LOCAL_IP", "SPARK_LOCAL_DIRS", "SPARK_LOG_DIR", "HADOOP_CONF_DIR",
+    "YARN_CONF_DIR", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "VIRTUAL_ENV",
+})  # fmt: skip
+_CREDENTIAL = ("PASSWORD", "SECRET", "TOKEN", "KEY", "_URL", "_DSN", "CREDENTIAL")
+
+
+def submit_env(environ, secrets: dict[str, str]) -> dict[str, str]:
+    """spark-submit's environment: the allowed part of `environ` (above) and `secrets`."""
+    kept = {
+        k: v
+        for k, v in environ.items()
+        if k in SUBMIT_ENV
+        or k.startswith("LC_")
+        or (k.startswith("ZONESYNC_") and not any(word in k for word in _CREDENTIAL))
+    }
+    return {**kept, **secrets}

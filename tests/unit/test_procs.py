@@ -58,3 +58,19 @@ def test_port_helpers():
             s.bind(("127.0.0.1", port))
             s.listen()
             procs.require_free_port(port, "thing", "ZONESYNC_X")
+
+
+def test_dev_processes_write_private_files_in_a_private_state_dir(tmp_path):
+    """What a dev env's processes write (logs, Airflow's password file) is 0600 and the
+    state dir 0700, even where it existed wider (issue: world-readable secrets)."""
+    import stat
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    procs.private_dir(state)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    m = procs.spawn(state / "run", state / "logs", "writer", ["sh", "-c", f"echo secret > {state}/made"], "sh")
+    m.proc.wait(10)
+    assert stat.S_IMODE((state / "made").stat().st_mode) == 0o600
+    assert stat.S_IMODE((state / "logs" / "writer.log").stat().st_mode) == 0o600

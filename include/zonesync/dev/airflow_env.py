@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 from zonesync.config import REPO_ROOT, EnvConfig
+from zonesync.dev import procs
 
 PROCESSES = ("api-server", "scheduler", "dag-processor", "triggerer")
 ADMIN_USER = "admin"
@@ -168,7 +169,11 @@ def migrate_db(cfg: EnvConfig, env: dict) -> None:
     cfg.log_dir.mkdir(parents=True, exist_ok=True)
     with open(cfg.log_dir / "airflow-db-migrate.log", "ab") as log:
         result = subprocess.run(
-            [str(venv_bin() / "airflow"), "db", "migrate"], env=env, stdout=log, stderr=subprocess.STDOUT
+            [str(venv_bin() / "airflow"), "db", "migrate"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            umask=procs.PRIVATE_UMASK,
         )
     if result.returncode != 0:
         raise RuntimeError(f"`airflow db migrate` failed: see {cfg.log_dir / 'airflow-db-migrate.log'}")

@@ -80,6 +80,7 @@ def _report_crashed(cfg: EnvConfig, name: str) -> None:
 
 
 def up_databases(cfg: EnvConfig) -> None:
+    procs.private_dir(cfg.state_dir)  # passwords and secrets live under it (0700)
     for inst in instances(cfg):
         _report_crashed(cfg, inst.name)
         mariadb.start(inst, cfg.run_dir, cfg.log_dir, cfg.data_dir)
@@ -260,7 +261,7 @@ def load_sample_schema(cfg: EnvConfig) -> None:
 
 
 def up(cfg: EnvConfig) -> None:
-    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    procs.private_dir(cfg.state_dir)
     preflight(cfg)
     started = time.monotonic()
     _say(f"zonesync dev up: state in {cfg.state_dir}")

@@ -138,6 +138,16 @@ def require_free_port(port: int, what: str, env_var: str) -> None:
         )
 
 
+PRIVATE_UMASK = 0o077  # what dev processes write is readable by their owner only
+
+
+def private_dir(path: Path) -> Path:
+    """`path` made (or left) a directory only its owner can enter: 0700."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    return path
+
+
 def spawn(
     run_dir: Path,
     log_dir: Path,
@@ -147,10 +157,12 @@ def spawn(
     env: dict | None = None,
     cwd: Path | None = None,
 ) -> Managed:
-    """Start `argv` as the leader of a new process group, logging to logs/<name>.log."""
+    """Start `argv` as the leader of a new process group, logging to logs/<name>.log.
+    What it writes is its owner's only (umask 077): logs and files of a dev env hold
+    passwords (Airflow's admin password file, its api-server's log)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
-    log = open(log_dir / f"{name}.log", "ab")
+    log = os.fdopen(os.open(log_dir / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -159,6 +171,7 @@ def spawn(
         env=env,
         cwd=cwd,
         start_new_session=True,
+        umask=PRIVATE_UMASK,
     )
     log.close()
     pidfile(run_dir, name).write_text(json.dumps({"pid": proc.pid, "marker": marker, "argv": argv}))

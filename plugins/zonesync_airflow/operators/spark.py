@@ -16,6 +16,7 @@ import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from zonesync import jvm
@@ -29,6 +30,19 @@ def password_env_var(zone: str) -> str:
 def output_dir() -> Path:
     base = os.environ.get("ZONESYNC_STATE_DIR") or tempfile.gettempdir()
     return Path(base) / "spark-out"
+
+
+class _ExactEnvSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook whose spark-submit gets exactly its env_vars: the provider's hook
+    starts it with the worker's whole environment and env_vars on top."""
+
+    def _build_spark_submit_command(self, application: str) -> list[str]:
+        command = super()._build_spark_submit_command(application)
+        self._env = None  # set by the command's build; submit() would add os.environ to it
+        return command
+
+    def submit(self, application: str = "", **kwargs):
+        return super().submit(application, env=dict(self._env_vars or {}), **kwargs)
 
 
 class ZoneSparkSubmitOperator(SparkSubmitOperator):
@@ -68,8 +82,14 @@ class ZoneSparkSubmitOperator(SparkSubmitOperator):
             env["ZONESYNC_META_PASSWORD"] = meta.password
         args += ["--output", str(out)]
         self.application_args = args
-        # spark-submit needs JAVA_HOME, PATH and PYSPARK_PYTHON from the worker's environment.
-        self.env_vars = {**os.environ, **env}
+        # spark-submit needs JAVA_HOME, PATH and PYSPARK_PYTHON from the worker's environment,
+        # and none of Airflow's secrets (jvm.submit_env)
+        self.env_vars = jvm.submit_env(os.environ, env)
         self._hook = None
         super().execute(context)
         return str(out)
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        hook.__class__ = _ExactEnvSubmitHook  # the same hook, started with env_vars only
+        return hook

@@ -1,0 +1,65 @@
+"""spark-submit gets what a job needs from the worker's environment and its own
+secrets, never Airflow's (issue: Spark gets every secret)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from zonesync import jvm
+
+pytestmark = pytest.mark.unit
+
+WORKER_ENV = {
+    "PATH": "/usr/bin",
+    "JAVA_HOME": "/usr/lib/jvm/java-17",
+    "PYSPARK_PYTHON": "/venv/bin/python",
+    "LC_ALL": "C.UTF-8",
+    "ZONESYNC_STATE_DIR": "/state",
+    "ZONESYNC_TOPIC_PREFIX": "staging.",
+    "AIRFLOW__CORE__FERNET_KEY": "fernet",
+    "AIRFLOW__API_AUTH__JWT_SECRET": "jwt",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:pw@db/airflow",
+    "AIRFLOW_CONN_ZONESYNC_ZONE_A": "mysql://app:pw@a:3306/zonesync_app",
+    "ZONESYNC_META_URL": "mysql://meta:pw@m:3306/zonesync_meta",
+    "ZONESYNC_META_PASSWORD": "pw",
+    "ZONESYNC_JDBC_PASSWORD_B": "left over",
+    "AWS_SECRET_ACCESS_KEY": "aws",
+}
+
+
+def test_only_the_allowed_part_of_the_environment_and_the_jobs_own_secrets():
+    env = jvm.submit_env(WORKER_ENV, {"ZONESYNC_JDBC_PASSWORD_A": "a-pw"})
+    assert env == {
+        "PATH": "/usr/bin",
+        "JAVA_HOME": "/usr/lib/jvm/java-17",
+        "PYSPARK_PYTHON": "/venv/bin/python",
+        "LC_ALL": "C.UTF-8",
+        "ZONESYNC_STATE_DIR": "/state",
+        "ZONESYNC_TOPIC_PREFIX": "staging.",
+        "ZONESYNC_JDBC_PASSWORD_A": "a-pw",
+    }
+
+
+def test_the_operators_hook_starts_spark_submit_with_exactly_that(tmp_path, monkeypatch):
+    """The provider's hook starts spark-submit with the worker's whole environment plus
+    env_vars; the operator's hook with env_vars alone (a stand-in spark-submit on PATH
+    writes down the environment it got)."""
+    from zonesync_airflow.operators.spark import _ExactEnvSubmitHook
+
+    seen = tmp_path / "env.json"
+    binary = tmp_path / "spark-submit"
+    dump = f"import json, os; json.dump(dict(os.environ), open('{seen}', 'w'))"
+    binary.write_text(f'#!/bin/sh\nexec python3 -c "{dump}"\n')
+    binary.chmod(binary.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_ENV_TEST", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "fernet")
+    env = jvm.submit_env({**os.environ, "PATH": f"{tmp_path}:/usr/bin:/bin"}, {"ZONESYNC_JDBC_PASSWORD_A": "a-pw"})
+    hook = _ExactEnvSubmitHook(conn_id="spark_env_test", env_vars=env)
+    hook.submit(str(tmp_path / "job.py"))
+    got = json.loads(seen.read_text())
+    assert got["ZONESYNC_JDBC_PASSWORD_A"] == "a-pw"
+    assert not [k for k in got if k.startswith("AIRFLOW")], sorted(got)
