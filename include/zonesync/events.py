@@ -28,6 +28,8 @@ from typing import Literal
 
 import msgspec
 
+from zonesync.sql_names import is_ident
+
 FILE_BITS, POS_BITS, ROW_BITS = 16, 32, 15
 MAX_ROWS_PER_EVENT = (1 << ROW_BITS) - 1
 
@@ -169,18 +171,21 @@ class ChangeEvent(msgspec.Struct, gc=False):
         if not _REQUIRED <= keys:
             raise EventError(f"event lacks field(s) {', '.join(f for f in _FIELDS if f in _REQUIRED - keys)}")
         op = doc["op"]
-        if op not in _OPS:
+        if type(op) is not str or op not in _OPS:
             raise EventError(f"op {op!r} is not insert, update or delete")
-        for f in ("lsn", "prev_lsn", "version", "partition"):
-            if type(doc[f]) is not int:  # (a JSON true is a bool, never an int here)
-                raise EventError(f"{f} must be an integer, got {doc[f]!r}")
+        for f, kind in _TYPES.items():  # every field: a wrong type would fail only later, in SQL
+            if f in doc and type(doc[f]) is not kind:  # (a JSON true is a bool, never an int here)
+                raise EventError(f"{f} must be {_KIND_NAMES[kind]}, got {_shown(doc[f])}")
+        for f in ("old", "new"):
+            if doc[f] is not None and type(doc[f]) is not dict:
+                raise EventError(f"{f} must be an object or null, got {_shown(doc[f])}")
         if op != DELETE and type(doc["new"]) is not dict:
             raise EventError(f"{op} event without a new row")
         if op != INSERT and type(doc["old"]) is not dict:
             raise EventError(f"{op} event without an old row")
-        if len(keys) != len(_FIELDS) or "is_retry" not in keys:  # unknown extra fields: keep only ours
-            doc = {k: doc[k] for k in _FIELDS if k in doc}
-        return cls(**doc)
+        event = cls(**{k: doc[k] for k in _FIELDS if k in doc})  # unknown extra fields: only ours
+        _check_names(event)
+        return event
 
     def key(self) -> tuple[str, str]:
         return self.table, pk_text(self.pk)
@@ -188,6 +193,33 @@ class ChangeEvent(msgspec.Struct, gc=False):
 
 _FIELDS = ChangeEvent.__struct_fields__
 _REQUIRED = frozenset(_FIELDS) - {"is_retry", "txn_end"}
+_TYPES = {"lsn": int, "prev_lsn": int, "source_zone": str, "origin_zone": int, "table": str, "pk": dict,
+          "version": int, "txn_id": str, "row_index": int, "row_count": int, "commit_ts": int, "partition": int,
+          "is_retry": bool, "txn_end": bool}  # fmt: skip
+_KIND_NAMES = {int: "an integer", str: "a string", dict: "an object", bool: "true or false"}
+# Table names seen valid (a set lookup per event instead of a pattern match); a stream of
+# ever new names stops being remembered past this many, and is checked one by one.
+_NAMED: set[str] = set()
+_NAMED_MAX = 10_000
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_names(event: ChangeEvent) -> None:
+    """What reaches SQL as a name: the table, a plain name; the primary key, a non-empty
+    object. An event of another shape is no retry's to fix: EventError (its partition
+    halts, alerted with the offset), not a failure in the writer."""
+    table = event.table
+    if table not in _NAMED:
+        if not is_ident(table):
+            raise EventError(f"table {_shown(table)} is not a plain table name")
+        if len(_NAMED) < _NAMED_MAX:
+            _NAMED.add(table)
+    if not event.pk:
+        raise EventError("pk is empty: an event names its row by its primary key")
 _OPS = frozenset((INSERT, UPDATE, DELETE))
 _DECODE = json.JSONDecoder().decode
 _FAST_DECODE = msgspec.json.Decoder(ChangeEvent).decode
@@ -215,6 +247,11 @@ def _fast(decoder, raw: bytes) -> list[ChangeEvent] | None:
     events = decoded if type(decoded) is list else [decoded]
     if any((e.new is None and e.op != DELETE) or (e.old is None and e.op != INSERT) for e in events):
         return None
+    try:
+        for e in events:
+            _check_names(e)
+    except EventError:
+        return None  # the checks name it
     return events
 
 

@@ -214,7 +214,12 @@ def test_a_message_decodes_as_its_events_do_one_by_one():
     }
     for name, change in variants.items():
         docs = [change(e.to_json()) for e in good]
-        one_by_one = [ChangeEvent.from_json(d) for d in docs]
+        try:
+            one_by_one = [ChangeEvent.from_json(d) for d in docs]
+        except EventError as exc:  # refused alone (an origin as text): refused in a message too
+            with pytest.raises(EventError, match=re.escape(str(exc))):
+                decode_message(b"[" + b",".join(docs) + b"]")
+            continue
         batch = decode_message(b"[" + b",".join(docs) + b"]")
         assert batch == one_by_one, name
         assert [type(e.origin_zone) for e in batch] == [type(e.origin_zone) for e in one_by_one], name

@@ -427,3 +427,30 @@ def test_a_round_in_flight_when_its_partition_halts_is_discarded(rollback_env, z
     rows = settled_reconciliation(meta, zones, "b", sources=["a"], timeout=20)
     assert [r.status for r in rows] == [OK, OK], rows
     assert all(r.committed == r.published for r in rows)
+
+
+@pytest.mark.parametrize("field, value, words", [("pk", [1], "pk must be an object"), ("table", 5, "table must be")])
+def test_a_well_formed_event_of_wrong_types_halts_its_partition_only(rollback_env, zones, meta, field, value, words):
+    """Issue 24: a JSON event whose fields have the wrong types (`"pk": [1]`, `"table": 5`)
+    used to pass the decoder and fail in the writer, restarting every partition twice a
+    second forever. It is refused at decode: its partition halts, alerted with the offset
+    and the field; the other partition flows on and nothing of the event lands."""
+    import json
+
+    cluster, source = rollback_env
+    cluster.start(which=("applier",), zones=("b",))
+    source.write(0)
+    _applied(zones, 0)
+    before = positions(zones["b"], "a")[P]
+    poison = {"lsn": before[2] + 1, "prev_lsn": before[2], "source_zone": "a", "origin_zone": 1, "table": "tenants",
+              "pk": {"tenant_id": 999_999}, "op": "insert", "old": None,
+              "new": {"tenant_id": 999_999, "name": "poison", "_zs_origin": 1, "_zs_version": 1}, "version": 1,
+              "txn_id": "poison", "row_index": 0, "row_count": 1, "commit_ts": 1, "partition": P, field: value}  # fmt: skip
+    apply_faults.produce_raw(cluster.bootstrap(), cluster.topic("a"), P, json.dumps([poison]).encode())
+    wait_until(lambda: positions(zones["b"], "a")[P][3] == "halted", 30, "partition P halts")
+    alert = alerts(meta, "b", "partition_halted")[-1]
+    assert alert["partition"] == P and "malformed message at offset" in alert["detail"], alert
+    assert words in alert["detail"], alert
+    _others_arrive(zones, source, 2)
+    assert positions(zones["b"], "a")[P][2] == before[2], "the halted partition applied nothing more"
+    assert 999_999 not in {r[0] for r in checksum(zones["b"])}
