@@ -63,3 +63,16 @@ def test_the_operators_hook_starts_spark_submit_with_exactly_that(tmp_path, monk
     got = json.loads(seen.read_text())
     assert got["ZONESYNC_JDBC_PASSWORD_A"] == "a-pw"
     assert not [k for k in got if k.startswith("AIRFLOW")], sorted(got)
+
+
+def test_spark_results_never_go_to_a_shared_temporary_directory(tmp_path, monkeypatch):
+    import stat
+
+    from zonesync_airflow.operators.spark import output_dir
+
+    monkeypatch.delenv("ZONESYNC_STATE_DIR", raising=False)
+    with pytest.raises(ValueError, match="ZONESYNC_STATE_DIR is not set"):
+        output_dir()
+    monkeypatch.setenv("ZONESYNC_STATE_DIR", str(tmp_path))
+    assert output_dir() == tmp_path / "spark-out"
+    assert stat.S_IMODE((tmp_path / "spark-out").stat().st_mode) == 0o700

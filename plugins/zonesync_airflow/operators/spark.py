@@ -11,7 +11,6 @@ read the result.
 from __future__ import annotations
 
 import os
-import tempfile
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,8 +27,16 @@ def password_env_var(zone: str) -> str:
 
 
 def output_dir() -> Path:
-    base = os.environ.get("ZONESYNC_STATE_DIR") or tempfile.gettempdir()
-    return Path(base) / "spark-out"
+    """Where Spark jobs write their results: <ZONESYNC_STATE_DIR>/spark-out, 0700. Never a
+    shared temporary directory: a result names zones, tables and keys, and another user
+    could plant one a later task would read."""
+    base = os.environ.get("ZONESYNC_STATE_DIR")
+    if not base:
+        raise ValueError("ZONESYNC_STATE_DIR is not set: set it to a directory private to the Airflow workers "
+                         "(the compose image sets /opt/airflow/zonesync-state)")  # fmt: skip
+    out = Path(base) / "spark-out"
+    out.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return out
 
 
 class _ExactEnvSubmitHook(SparkSubmitHook):
@@ -66,7 +73,7 @@ class ZoneSparkSubmitOperator(SparkSubmitOperator):
             raise ValueError("zones is empty: name at least one zone whose connection zonesync_zone_<name> exists")
         run_id = context["run_id"].replace(":", "_").replace("+", "_")
         out = output_dir() / self.dag_id / f"{run_id}.{self.task_id}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         args = list(self.application_args or [])
         env = dict(self.env_vars or {})
         for zone in zones:
