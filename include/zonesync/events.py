@@ -193,6 +193,10 @@ class ChangeEvent(msgspec.Struct, gc=False):
 
 _FIELDS = ChangeEvent.__struct_fields__
 _REQUIRED = frozenset(_FIELDS) - {"is_retry", "txn_end"}
+_OPS = frozenset((INSERT, UPDATE, DELETE))
+_DECODE = json.JSONDecoder().decode
+_FAST_DECODE = msgspec.json.Decoder(ChangeEvent).decode
+_FAST_BATCH = msgspec.json.Decoder(list[ChangeEvent]).decode
 _TYPES = {"lsn": int, "prev_lsn": int, "source_zone": str, "origin_zone": int, "table": str, "pk": dict,
           "version": int, "txn_id": str, "row_index": int, "row_count": int, "commit_ts": int, "partition": int,
           "is_retry": bool, "txn_end": bool}  # fmt: skip
@@ -220,10 +224,6 @@ def _check_names(event: ChangeEvent) -> None:
             _NAMED.add(table)
     if not event.pk:
         raise EventError("pk is empty: an event names its row by its primary key")
-_OPS = frozenset((INSERT, UPDATE, DELETE))
-_DECODE = json.JSONDecoder().decode
-_FAST_DECODE = msgspec.json.Decoder(ChangeEvent).decode
-_FAST_BATCH = msgspec.json.Decoder(list[ChangeEvent]).decode
 
 
 def _fast(decoder, raw: bytes) -> list[ChangeEvent] | None:

@@ -31,16 +31,26 @@ def test_a_connection_becomes_an_endpoint():
 def test_defaults_and_zone_name_from_extra():
     from zonesync_airflow.hooks.zone import endpoint_of
 
-    ep = endpoint_of(_conn(extra={"zone_id": "7", "zone_name": "east"}), "zonesync_zone_b")
+    ep = endpoint_of(_conn(extra={"zone_id": "7", "zone_name": "east"}, login="app"), "zonesync_zone_b")
     assert (ep.name, ep.zone_id, ep.host, ep.port, ep.user, ep.password, ep.database) == (
         "east",
         7,
         "127.0.0.1",
         3306,
-        "root",
+        "app",
         "",
         "zonesync_app",
     )
+
+
+def test_a_connection_without_a_login_is_refused_never_root():
+    from zonesync_airflow.hooks.meta import meta_config_of
+    from zonesync_airflow.hooks.zone import endpoint_of
+
+    with pytest.raises(ValueError, match="zonesync_zone_b: login is empty"):
+        endpoint_of(_conn(), "zonesync_zone_b")
+    with pytest.raises(ValueError, match="zonesync_meta: login is empty"):
+        meta_config_of(_conn("zonesync_meta", extra={}))
 
 
 def test_a_missing_zone_id_names_the_connection_and_the_fix():
@@ -53,6 +63,8 @@ def test_a_missing_zone_id_names_the_connection_and_the_fix():
 def test_the_hook_resolves_through_airflow(monkeypatch):
     from zonesync_airflow.hooks.zone import ZoneHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_ZONESYNC_ZONE_Q", _conn("zonesync_zone_q", host="h", port=1).as_json())
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ZONESYNC_ZONE_Q", _conn("zonesync_zone_q", host="h", port=1, login="app").as_json()
+    )
     ep = ZoneHook.for_zone("q").endpoint()
     assert (ep.name, ep.host, ep.port, ep.zone_id) == ("q", "h", 1, 2)

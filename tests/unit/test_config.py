@@ -77,6 +77,9 @@ def test_the_zone_url_gives_the_endpoint_and_the_zone_id(tmp_path):
     )  # fmt: skip
     with pytest.raises(config.ConfigError, match="ZONESYNC_ZONE_C_URL must look like mysql://"):
         zone_endpoint("c", _env(tmp_path, ZONESYNC_ZONE_C_URL="postgres://db.c/shop"))
+    # no user: an error, never root (each role has its own account)
+    with pytest.raises(config.ConfigError, match="ZONESYNC_ZONE_C_URL names no user"):
+        zone_endpoint("c", _env(tmp_path, ZONESYNC_ZONE_C_URL="mysql://db.c:3310/shop"))
 
 
 def test_the_dev_zone_is_the_local_instance_only_when_selected(tmp_path):
@@ -94,3 +97,12 @@ def test_a_missing_meta_url_is_one_line_naming_the_variable(tmp_path):
         MetaConfig.from_env(_env(tmp_path))
     meta = MetaConfig.from_env(_env(tmp_path, ZONESYNC_DEV="1", ZONESYNC_BASE_PORT="24000"))
     assert (meta.host, meta.port, meta.database) == ("127.0.0.1", 24000, "zonesync_meta")
+
+
+def test_a_meta_url_without_a_user_is_refused_never_root(tmp_path):
+    from zonesync.meta.db import MetaConfig
+
+    with pytest.raises(config.ConfigError, match="ZONESYNC_META_URL names no user"):
+        MetaConfig.from_env(_env(tmp_path, ZONESYNC_META_URL="mysql://meta.db:3306/zonesync_meta"))
+    meta = MetaConfig.from_env(_env(tmp_path, ZONESYNC_META_URL="mysql://zs_meta:pw@meta.db:3306/zonesync_meta"))
+    assert (meta.user, meta.password) == ("zs_meta", "pw")

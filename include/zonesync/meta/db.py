@@ -60,10 +60,13 @@ class MetaConfig:
         database = parsed.path.lstrip("/") or "zonesync_meta"
         if not is_ident(database):
             raise config.ConfigError(f"ZONESYNC_META_URL: database name {database!r} is invalid")
+        if not parsed.username:  # never a silent root (docs/security.md)
+            raise config.ConfigError("ZONESYNC_META_URL names no user: write mysql://user:password@host:port/db "
+                                     "with the meta store account of this role")  # fmt: skip
         return cls(
             host=parsed.hostname,
             port=parsed.port or 3306,
-            user=urllib.parse.unquote(parsed.username or "root"),
+            user=urllib.parse.unquote(parsed.username),
             password=urllib.parse.unquote(parsed.password or env.get("ZONESYNC_META_PASSWORD", "")),
             database=database,
         )

@@ -81,11 +81,14 @@ class Endpoint:
             raise EndpointError(
                 f"{setting} must look like mysql://user:password@host:port/db, got {parsed.scheme}://..."
             )
+        if not parsed.username:  # never a silent root: each role has its own account (docs/security.md)
+            raise EndpointError(f"{setting} names no user: write mysql://user:password@host:port/db with the "
+                                "account of this role")  # fmt: skip
         return cls(
             name=name,
             host=parsed.hostname,
             port=parsed.port or 3306,
-            user=urllib.parse.unquote(parsed.username or "root"),
+            user=urllib.parse.unquote(parsed.username),
             password=urllib.parse.unquote(parsed.password or ""),
             database=parsed.path.lstrip("/") or "zonesync_app",
             zone_id=zone_id,

@@ -13,10 +13,12 @@ from zonesync.meta.db import MetaConfig
 
 
 def meta_config_of(conn) -> MetaConfig:
+    if not conn.login:  # never a silent root (docs/security.md)
+        raise ValueError(f"connection {conn.conn_id}: login is empty: set the meta store account this role uses")
     return MetaConfig(
         host=conn.host or "127.0.0.1",
         port=int(conn.port or 3306),
-        user=conn.login or "root",
+        user=conn.login,
         password=conn.password or "",
         database=conn.schema or "zonesync_meta",
     )

@@ -22,11 +22,13 @@ def endpoint_of(conn, conn_id: str) -> Endpoint:
     extra = conn.extra_dejson
     if "zone_id" not in extra:
         raise ValueError(f'connection {conn_id}: extra field zone_id is missing: add {{"zone_id": N}} to its extra')
+    if not conn.login:  # never a silent root (docs/security.md)
+        raise ValueError(f"connection {conn_id}: login is empty: set the zone account this role uses")
     return Endpoint(
         name=extra.get("zone_name") or conn_id.removeprefix(ZONE_CONN_PREFIX),
         host=conn.host or "127.0.0.1",
         port=int(conn.port or 3306),
-        user=conn.login or "root",
+        user=conn.login,
         password=conn.password or "",
         database=conn.schema or "zonesync_app",
         zone_id=int(extra["zone_id"]),

@@ -445,7 +445,8 @@ def test_a_well_formed_event_of_wrong_types_halts_its_partition_only(rollback_en
     poison = {"lsn": before[2] + 1, "prev_lsn": before[2], "source_zone": "a", "origin_zone": 1, "table": "tenants",
               "pk": {"tenant_id": 999_999}, "op": "insert", "old": None,
               "new": {"tenant_id": 999_999, "name": "poison", "_zs_origin": 1, "_zs_version": 1}, "version": 1,
-              "txn_id": "poison", "row_index": 0, "row_count": 1, "commit_ts": 1, "partition": P, field: value}  # fmt: skip
+              "txn_id": "poison", "row_index": 0, "row_count": 1, "commit_ts": 1,
+              "partition": P, field: value}  # fmt: skip
     apply_faults.produce_raw(cluster.bootstrap(), cluster.topic("a"), P, json.dumps([poison]).encode())
     wait_until(lambda: positions(zones["b"], "a")[P][3] == "halted", 30, "partition P halts")
     alert = alerts(meta, "b", "partition_halted")[-1]
