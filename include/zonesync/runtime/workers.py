@@ -101,6 +101,7 @@ def build_applier(
             lag_warning_s=_seconds(env, "ZONESYNC_LAG_WARNING_S", 60.0),
             group_session_s=_seconds(env, "ZONESYNC_APPLY_GROUP_SESSION_S", 6.0),
             idle_transaction_s=_seconds(env, "ZONESYNC_APPLY_IDLE_TRANSACTION_S", 10.0),
+            max_version_ahead_s=_seconds(env, "ZONESYNC_APPLY_MAX_VERSION_AHEAD_S", 6 * 3600.0),
             atomic_transactions=atomic_transactions
             if atomic_transactions is not None
             else _flag(env, "ZONESYNC_APPLY_ATOMIC_TRANSACTIONS"),

@@ -429,12 +429,18 @@ def test_a_round_in_flight_when_its_partition_halts_is_discarded(rollback_env, z
     assert all(r.committed == r.published for r in rows)
 
 
-@pytest.mark.parametrize("field, value, words", [("pk", [1], "pk must be an object"), ("table", 5, "table must be")])
-def test_a_well_formed_event_of_wrong_types_halts_its_partition_only(rollback_env, zones, meta, field, value, words):
+@pytest.mark.parametrize(
+    "field, value, words",
+    [("pk", [1], "pk must be an object"), ("table", 5, "table must be"),
+     ("version", 10**18, "ahead of this applier's clock"), ("source_zone", "c", "came on zone a's topic")],
+)  # fmt: skip
+def test_a_poison_or_forged_event_halts_its_partition_only(rollback_env, zones, meta, field, value, words):
     """Issue 24: a JSON event whose fields have the wrong types (`"pk": [1]`, `"table": 5`)
     used to pass the decoder and fail in the writer, restarting every partition twice a
-    second forever. It is refused at decode: its partition halts, alerted with the offset
-    and the field; the other partition flows on and nothing of the event lands."""
+    second forever; a forged one (a version far in the future, which would make every
+    later real change of the row "older" and skipped; another zone's event on a's topic)
+    was applied. Each is refused before it is applied: its partition halts, alerted with
+    the offset and what is wrong; the other partition flows on and nothing of it lands."""
     import json
 
     cluster, source = rollback_env

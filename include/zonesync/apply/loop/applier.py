@@ -77,6 +77,7 @@ from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.apply.errors import PartitionsStopped, TableMissing
 from zonesync.apply.loop.atomic_rounds import spans_workers, whole_transactions
 from zonesync.apply.loop.continuity import complete_prefix, filter_chain
+from zonesync.apply.loop.event_trust import EventTrust
 from zonesync.apply.loop.lag_report import LagReporter, message_time
 from zonesync.apply.loop.partition_faults import PartitionFaults
 from zonesync.apply.loop.partitions import PartitionBook
@@ -125,6 +126,7 @@ class Applier:
         self._count_lock = threading.Lock()
         self._last_gc = 0.0
         self._source_of_topic = {topic_of(s): s for s in sources}
+        self.trust = EventTrust(settings.max_version_ahead_s)  # forged or foreign events (event_trust.py)
         self.stopping = False
         self.applied = 0
         self._local = threading.local()
@@ -482,6 +484,7 @@ class Applier:
             offset = msg.offset()
             try:
                 batch = decode(msg.value())
+                self.trust.check(batch, key[0])
             except EventError as exc:
                 self.faults.halt(consumer, key, f"malformed message at offset {offset}: {exc}")
                 continue

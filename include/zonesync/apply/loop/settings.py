@@ -39,6 +39,9 @@ class ApplierSettings:
     group: bool = False  # share the zone's partitions with its other appliers (a Kafka consumer group)
     group_session_s: float = GROUP_SESSION_S  # group mode: how long a silent worker keeps its partitions
     idle_transaction_s: float = IDLE_TRANSACTION_S  # a silent open transaction is rolled back after this
+    max_version_ahead_s: float = (
+        6 * 3600.0
+    )  # an event whose version is further ahead of the clock halts (event_trust.py)
     lag_warning_s: float = 60.0  # a partition this far behind raises lag_warning (lag_report.py)
     atomic_transactions: bool = False  # a source transaction's rows become visible together (atomic_rounds.py)
 
