@@ -154,3 +154,26 @@ def test_outside_the_dev_environment_a_missing_address_is_one_line(tmp_path):
     result = subprocess.run([ZS, "locks", "--zone", "b"], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("zonesync: ZONESYNC_ZONE_B_URL is not set") and "Traceback" not in result.stderr
+
+
+def test_apply_that_times_out_on_acks_says_the_version_is_live_and_who_lags(run, tmp_path, meta):
+    """A guard that heartbeats but never takes the version: `rules apply` fails with one
+    line saying the version is published and which instance lags (issue 24, item 7)."""
+    assert run("rules", "apply", write(tmp_path, BASE), "--reason", "baseline", "--move-owners").returncode == 0
+    conn = meta.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO guard_instances (instance_id, zone_id, host, pid, period_ms, version_applied) "
+                        "VALUES ('stuck-guard', 1, 'h', 1, 600000, 0)")  # fmt: skip
+        conn.commit()
+        result = run("rules", "apply", write(tmp_path, BASE), "--reason", "again", "--timeout", "0.5")
+        head = MetaStore(meta).head()
+        assert result.returncode != 0
+        line = result.stderr.strip()
+        assert f"version {head} is published and in force" in line and "stuck-guard (zone a, runs v0)" in line
+        assert "\n" not in line
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM guard_instances WHERE instance_id = 'stuck-guard'")
+        conn.commit()
+        conn.close()

@@ -61,4 +61,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         if isinstance(exc, known):
             return fail(str(exc))
+        unreachable = _unreachable(exc)
+        if unreachable:
+            return fail(unreachable)
         raise
+
+
+def _unreachable(exc: BaseException) -> str | None:
+    """One line for a database that is down or refuses the account (a pymysql error
+    whose message names the server), instead of a traceback."""
+    import pymysql
+
+    if isinstance(exc, pymysql.err.OperationalError) and exc.args and exc.args[0] in (1045, 2002, 2003, 2006, 2013):
+        return f"a database is unreachable: {exc.args[1] if len(exc.args) > 1 else exc} (is it up? `zonesync zones`)"
+    return None

@@ -10,11 +10,11 @@ def cmd_meta_migrate(args) -> int:
     from zonesync.meta import db
     from zonesync.meta.store import MetaStore
 
+    names = config.parse_zone_names(args.zones, "--zones") if args.zones else []  # checked before anything changes
     meta = common.meta()
     applied = db.migrate(meta)
     print(f"meta store {meta.describe()}: " + (f"applied migrations {applied}" if applied else "schema is current"))
-    if args.zones:
-        names = config.parse_zone_names(args.zones, "--zones")
+    if names:
         MetaStore(meta).ensure_zones(list(enumerate(names, start=1)))
         print(f"zones: {', '.join(f'{i}={n}' for i, n in enumerate(names, start=1))}")
     return 0
