@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from zonesync.check import steps
 from zonesync.check.request import CheckRefused, CheckRequest
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
+from zonesync_airflow.operators.actor import run_actor
 from zonesync_airflow.operators.switch import ZoneConnections
 
 STEPS = ("preflight", "record_start", "repair", "finish", "fail")
@@ -28,7 +29,7 @@ STEPS = ("preflight", "record_start", "repair", "finish", "fail")
 def check_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_zone_") -> steps.CheckContext:
     params = context["params"]
     dag_run = context["dag_run"]
-    actor = (dag_run.conf or {}).get("actor") or ("airflow" if dag_run.run_type == "manual" else "schedule")
+    actor = run_actor(dag_run)  # the authenticated user, not a conf field (actor.py)
     return steps.CheckContext(
         meta=ZonesyncMetaHook(meta_conn_id).meta_config(),
         run_id=dag_run.run_id,

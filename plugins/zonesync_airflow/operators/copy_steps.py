@@ -16,13 +16,14 @@ from airflow.sdk.exceptions import AirflowFailException
 from zonesync.copy import steps
 from zonesync.copy.request import CopyRefused, CopyRequest
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
+from zonesync_airflow.operators.actor import run_actor
 from zonesync_airflow.operators.switch import ZoneConnections
 
 
 def copy_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_zone_") -> steps.CopyContext:
     params = context["params"]
     dag_run = context["dag_run"]
-    actor = (dag_run.conf or {}).get("actor") or "airflow"
+    actor = run_actor(dag_run)  # the authenticated user, not a conf field (actor.py)
     return steps.CopyContext(
         meta=ZonesyncMetaHook(meta_conn_id).meta_config(),
         run_id=dag_run.run_id,

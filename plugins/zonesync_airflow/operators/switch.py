@@ -25,6 +25,7 @@ from zonesync.switch.steps import RollbackStarted, SwitchContext, SwitchError, S
 from zonesync.switch.store import LeaseConflict
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 from zonesync_airflow.hooks.zone import ZoneHook
+from zonesync_airflow.operators.actor import run_actor
 
 
 class ZoneConnections:
@@ -53,7 +54,7 @@ class ZoneConnections:
 def switch_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_zone_") -> SwitchContext:
     params = context["params"]
     dag_run = context["dag_run"]
-    actor = (dag_run.conf or {}).get("actor") or params.get("actor") or "airflow"
+    actor = run_actor(dag_run)  # the authenticated user, not a conf field (actor.py)
     return SwitchContext(
         meta=ZonesyncMetaHook(meta_conn_id).meta_config(),
         run_id=dag_run.run_id,
