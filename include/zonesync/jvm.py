@@ -66,11 +66,24 @@ def submit_options(dispatch_only: bool = False) -> list[str]:
 # with its user:password). The job's own secrets (each zone's JDBC password, the meta
 # store's) are added by name by whoever starts it.
 SUBMIT_ENV = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "JAVA_HOME", "JAVA_TOOL_OPTIONS",
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "JAVA_HOME",
     "SPARK_HOME", "SPARK_CONF_DIR", "SPARK_LOCAL_IP", "SPARK_LOCAL_DIRS", "SPARK_LOG_DIR", "HADOOP_CONF_DIR",
     "YARN_CONF_DIR", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "VIRTUAL_ENV",
 })  # fmt: skip
-_CREDENTIAL = ("PASSWORD", "SECRET", "TOKEN", "KEY", "_URL", "_DSN", "CREDENTIAL")
+_CREDENTIAL = (
+    "PASSWORD",
+    "PASSWD",
+    "PWD",
+    "SECRET",
+    "TOKEN",
+    "KEY",
+    "AUTH",
+    "JAAS",
+    "CERT",
+    "_URL",
+    "_DSN",
+    "CREDENTIAL",
+)
 
 
 def submit_env(environ, secrets: dict[str, str]) -> dict[str, str]:

@@ -76,3 +76,19 @@ def test_spark_results_never_go_to_a_shared_temporary_directory(tmp_path, monkey
     monkeypatch.setenv("ZONESYNC_STATE_DIR", str(tmp_path))
     assert output_dir() == tmp_path / "spark-out"
     assert stat.S_IMODE((tmp_path / "spark-out").stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("master", ["yarn"])  # (k8s needs the kubernetes client to build its hook)
+def test_masters_that_would_put_passwords_on_the_command_line_are_refused(monkeypatch, master):
+    from zonesync_airflow.operators.spark import ZoneSparkSubmitOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_FAR", json.dumps({"conn_type": "spark", "host": master}))
+    op = ZoneSparkSubmitOperator(task_id="t", application="job.py", zones="a", conn_id="spark_far")
+    with pytest.raises(ValueError, match="spark_far: .*YARN and Kubernetes would put the zones' passwords"):
+        op._get_hook()
+
+
+def test_credential_like_settings_stay_behind():
+    env = jvm.submit_env({"ZONESYNC_KAFKA_SASL_PASSWD": "x", "ZONESYNC_JAAS_CONFIG": "x", "JAVA_TOOL_OPTIONS": "-Dp=x",
+                          "ZONESYNC_ZONES": "a,b"}, {})  # fmt: skip
+    assert env == {"ZONESYNC_ZONES": "a,b"}

@@ -47,9 +47,17 @@ def cmd_rules_apply(args) -> int:
         version = MetaStore(meta).publish_rules(rules, args.reason, require_writable=not args.allow_blocked)
         print(f"published rules version {version} (not waiting for acks)")
         return 0
-    version = guards.push_and_wait(
-        meta, rules, args.reason, timeout=args.timeout, require_writable=not args.allow_blocked
-    )
+    try:
+        version = guards.push_and_wait(
+            meta, rules, args.reason, timeout=args.timeout, require_writable=not args.allow_blocked
+        )
+    except guards.AckTimeout as exc:  # published: say that it is live, and who has not taken it yet
+        lagging = ", ".join(f"{g.instance_id} (zone {g.zone}, runs v{g.version_applied})" for g in exc.laggards)
+        return common.fail(
+            f"rules apply: version {exc.version} is published and in force for every guard that acked it; not "
+            f"acked within {args.timeout:g} s by: {lagging} (they take it when they next poll; `zonesync guards` "
+            "lists them)"
+        )
     acked = guards.list_instances(meta, rules.zones())
     print(
         f"published rules version {version}; acked by {len(acked)} guard instance(s) in zones "

@@ -32,10 +32,7 @@ class AckTimeout(MetaError):
         self.version = version
         self.laggards = laggards
         names = ", ".join(f"{g.instance_id} (zone {g.zone}, runs v{g.version_applied})" for g in laggards)
-        super().__init__(
-            f"version {version} is published and in force for every guard that acked it; not acked within "
-            f"{timeout:.1f} s by: {names} (they take it when they next poll; `zonesync guards` lists them)"
-        )
+        super().__init__(f"version {version} not acked within {timeout:.1f} s by: {names}")
 
 
 @dataclass(frozen=True)

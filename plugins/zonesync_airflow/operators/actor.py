@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def run_actor(dag_run) -> str:
-    user = getattr(dag_run, "triggering_user_name", None)
+    user = str(getattr(dag_run, "triggering_user_name", None) or "")[:48]  # the audit's actor: VARCHAR(128)
     claimed = str((getattr(dag_run, "conf", None) or {}).get("actor") or "").strip()[:64]
     if not user:
         user = "schedule" if getattr(dag_run, "run_type", None) == "scheduled" else "airflow"

@@ -36,6 +36,7 @@ def output_dir() -> Path:
                          "(the compose image sets /opt/airflow/zonesync-state)")  # fmt: skip
     out = Path(base) / "spark-out"
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
+    out.chmod(0o700)  # also when it existed wider
     return out
 
 
@@ -98,5 +99,12 @@ class ZoneSparkSubmitOperator(SparkSubmitOperator):
 
     def _get_hook(self) -> SparkSubmitHook:
         hook = super()._get_hook()
+        if hook._is_yarn or hook._is_kubernetes:
+            # the provider passes env_vars to those masters as --conf arguments: the zones'
+            # passwords would be on spark-submit's command line
+            raise ValueError(
+                f"connection {self._conn_id}: zonesync's Spark jobs run on a standalone master or local mode; "
+                "YARN and Kubernetes would put the zones' passwords on the command line"
+            )
         hook.__class__ = _ExactEnvSubmitHook  # the same hook, started with env_vars only
         return hook

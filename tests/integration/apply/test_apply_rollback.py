@@ -432,7 +432,8 @@ def test_a_round_in_flight_when_its_partition_halts_is_discarded(rollback_env, z
 @pytest.mark.parametrize(
     "field, value, words",
     [("pk", [1], "pk must be an object"), ("table", 5, "table must be"),
-     ("version", 10**18, "ahead of this applier's clock"), ("source_zone", "c", "came on zone a's topic")],
+     ("version", 10**18, "ahead of this applier's clock"), ("source_zone", "c", "came on zone a's topic"),
+     ("partition", Q, "came on partition")],
 )  # fmt: skip
 def test_a_poison_or_forged_event_halts_its_partition_only(rollback_env, zones, meta, field, value, words):
     """Issue 24: a JSON event whose fields have the wrong types (`"pk": [1]`, `"table": 5`)

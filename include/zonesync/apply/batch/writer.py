@@ -45,6 +45,7 @@ What goes wrong, and what the writer does then (apply_many):
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pymysql
@@ -62,9 +63,13 @@ from zonesync.apply.errors import ApplyError, NotAllNew, TableMissing, WaitForVe
 from zonesync.events import INSERT, ChangeEvent, decode_row
 from zonesync.runtime.endpoints import primary_key
 
+log = logging.getLogger("zonesync.applier")
+
 
 class ZoneWriter:
     """One connection to the target zone that applies batches."""
+
+    _warned_idle = False  # the missing idle_transaction_timeout is said once per process
 
     def __init__(self, host: str, port: int, user: str, password: str, database: str):
         self.params = dict(host=host, port=port, user=user, password=password, database=database)
@@ -98,7 +103,11 @@ class ZoneWriter:
                 init_command="SET time_zone = '+00:00', skip_replication = 1, tx_isolation = 'READ-COMMITTED'",
             )
             if self.idle_transaction_s:
-                self._limit_idle_transactions(self.conn)
+                try:
+                    self._limit_idle_transactions(self.conn)
+                except BaseException:
+                    self.close()  # never a connection without the limit it was asked for
+                    raise
         return self.conn
 
     def _limit_idle_transactions(self, conn) -> None:
@@ -111,6 +120,10 @@ class ZoneWriter:
         except pymysql.err.OperationalError as e:
             if e.args[0] != 1193:
                 raise
+            if not ZoneWriter._warned_idle:
+                ZoneWriter._warned_idle = True
+                log.warning("the zone has no idle_transaction_timeout (not MariaDB): a frozen applier's open "
+                            "transaction keeps its locks until its connection ends")  # fmt: skip
 
     def close(self):
         if self.conn is not None:

@@ -484,7 +484,7 @@ class Applier:
             offset = msg.offset()
             try:
                 batch = decode(msg.value())
-                self.trust.check(batch, key[0])
+                self.trust.check(batch, *key)
             except EventError as exc:
                 self.faults.halt(consumer, key, f"malformed message at offset {offset}: {exc}")
                 continue

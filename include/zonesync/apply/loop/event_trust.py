@@ -5,10 +5,15 @@ Anything that can produce to a zone's topic could otherwise write rows in every 
 or plant a `_zs_version` far in the future that makes every later real change of the
 row "older" and silently skipped. Each refusal is an EventError: the applier halts that
 partition with an alert naming the message's offset and the event (never a silent
-drop), and the operator decides (`zonesync resume` once the cause is gone).
+drop). `zonesync resume` reads the partition again from its applied position, so it
+halts again at the same message: what to do with a message no zone wrote (skip it by
+moving the partition's position past it, or find who produced it) is the operator's
+decision, not the applier's.
 
-- The event's source zone is the topic's zone: a zone's topic carries only what that
-  zone's replicator read from its binlog.
+- The event's source zone is the topic's zone, and its partition the Kafka partition it
+  came on: a zone's topic carries only what that zone's replicator read from its
+  binlog, each event in the partition of its key (a forged partition would steer a
+  halt or a stop to another partition than the one holding the event).
 - Its version is not absurdly ahead of this applier's clock: versions are a hybrid
   logical clock in microseconds (dal/hlc.py) that stays within clock skew of wall time,
   so one more than `max_ahead_s` ahead (6 hours by default, ZONESYNC_APPLY_MAX_VERSION_AHEAD_S;
@@ -22,9 +27,8 @@ from __future__ import annotations
 
 import time
 
+from zonesync.apply.loop.settings import MAX_VERSION_AHEAD_S
 from zonesync.events import ChangeEvent, EventError
-
-MAX_VERSION_AHEAD_S = 6 * 3600.0
 
 
 class EventTrust:
@@ -32,11 +36,13 @@ class EventTrust:
         self.max_ahead_us = int(max_ahead_s * 1_000_000)
         self.now_us = now_us
 
-    def check(self, events: list[ChangeEvent], source_zone: str) -> None:
+    def check(self, events: list[ChangeEvent], source_zone: str, partition: int) -> None:
         """EventError naming the first event of `events` (one message of `source_zone`'s
-        topic) that this applier must not apply."""
+        topic, from `partition`) that this applier must not apply."""
         bound = self.now_us() + self.max_ahead_us
         for e in events:
+            if e.partition != partition:
+                raise EventError(f"event LSN {e.lsn} names partition {e.partition} but came on partition {partition}")
             if e.source_zone != source_zone:
                 raise EventError(f"event LSN {e.lsn} names source zone {e.source_zone!r} but came on zone "
                                  f"{source_zone}'s topic")  # fmt: skip

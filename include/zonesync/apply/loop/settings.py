@@ -20,6 +20,9 @@ GROUP_SESSION_S = 6.0
 # than the time it takes to plan a round's writes (milliseconds); if it ever were, the
 # server ends it and the round is retried from apply_state, as after any lost connection.
 IDLE_TRANSACTION_S = 10.0
+# An event whose version is further ahead of the applier's clock halts its partition:
+# versions stay within clock skew of wall time (apply/loop/event_trust.py).
+MAX_VERSION_AHEAD_S = 6 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -39,9 +42,7 @@ class ApplierSettings:
     group: bool = False  # share the zone's partitions with its other appliers (a Kafka consumer group)
     group_session_s: float = GROUP_SESSION_S  # group mode: how long a silent worker keeps its partitions
     idle_transaction_s: float = IDLE_TRANSACTION_S  # a silent open transaction is rolled back after this
-    max_version_ahead_s: float = (
-        6 * 3600.0
-    )  # an event whose version is further ahead of the clock halts (event_trust.py)
+    max_version_ahead_s: float = MAX_VERSION_AHEAD_S  # an event further ahead of the clock halts
     lag_warning_s: float = 60.0  # a partition this far behind raises lag_warning (lag_report.py)
     atomic_transactions: bool = False  # a source transaction's rows become visible together (atomic_rounds.py)
 
