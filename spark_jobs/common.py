@@ -89,14 +89,16 @@ def read_table_partitioned(spark, url: str, props: dict, table: str, key: str, p
 
     The bounds come from one MIN/MAX query; an empty table is read unsplit.
     """
+    from zonesync.sql_names import quote
+
     bounds = spark.read.jdbc(
-        url, f"(SELECT MIN(`{key}`) AS lo, MAX(`{key}`) AS hi FROM `{table}`) AS b", properties=props
+        url, f"(SELECT MIN({quote(key)}) AS lo, MAX({quote(key)}) AS hi FROM {quote(table)}) AS b", properties=props
     ).collect()[0]
     if bounds["lo"] is None or partitions <= 1:
-        return spark.read.jdbc(url, f"`{table}`", properties=props)
+        return spark.read.jdbc(url, quote(table), properties=props)
     return spark.read.jdbc(
         url,
-        f"`{table}`",
+        quote(table),
         column=key,
         lowerBound=int(bounds["lo"]),
         upperBound=int(bounds["hi"]) + 1,

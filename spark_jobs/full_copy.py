@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run by spark-submit as a file
 
 from spark_jobs.common import add_zone_args, build_session, db_connect, jvm_endpoint, zone_props  # noqa: E402
 from spark_jobs.copy_waves import Gate, Planner, copy_planner  # noqa: E402
-from zonesync.sql_names import is_ident  # noqa: E402
+from zonesync.sql_names import is_ident, quote  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -120,12 +120,13 @@ def stage_orphans(spark, zones: dict, args, table: str, key: list[str], stage: s
 
 def _read_keys(spark, url: str, props: dict, table: str, key: list[str], partitions: int):
     """A table's key columns, read in `partitions` ranges of its first key column."""
-    db, keys = url.rsplit("/", 1)[1], ", ".join(f"`{c}`" for c in key)
+    db, keys = quote(url.rsplit("/", 1)[1]), ", ".join(quote(c) for c in key)
     props = {**props, "fetchsize": "10000"}
+    first, source = quote(key[0]), f"{db}.{quote(table)}"
     bounds = spark.read.jdbc(
-        url, f"(SELECT MIN(`{key[0]}`) AS lo, MAX(`{key[0]}`) AS hi FROM `{db}`.`{table}`) AS b", properties=props
+        url, f"(SELECT MIN({first}) AS lo, MAX({first}) AS hi FROM {source}) AS b", properties=props
     ).collect()[0]
-    query = f"(SELECT {keys} FROM `{db}`.`{table}`) AS k"
+    query = f"(SELECT {keys} FROM {source}) AS k"
     if bounds["lo"] is None or partitions <= 1:
         return spark.read.jdbc(url, query, properties=props)
     return spark.read.jdbc(url, query, column=key[0], lowerBound=int(bounds["lo"]),

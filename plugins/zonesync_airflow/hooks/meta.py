@@ -10,9 +10,12 @@ from __future__ import annotations
 from airflow.sdk import BaseHook
 
 from zonesync.meta.db import MetaConfig
+from zonesync.sql_names import is_ident
 
 
 def meta_config_of(conn) -> MetaConfig:
+    if conn.schema and not is_ident(conn.schema):
+        raise ValueError(f"connection {conn.conn_id}: schema {conn.schema!r} is not a plain database name")
     if not conn.login:  # never a silent root (docs/security.md)
         raise ValueError(f"connection {conn.conn_id}: login is empty: set the meta store account this role uses")
     return MetaConfig(

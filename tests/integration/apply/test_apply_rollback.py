@@ -456,6 +456,8 @@ def test_a_poison_or_forged_event_halts_its_partition_only(rollback_env, zones, 
               "partition": P, field: value}  # fmt: skip
     apply_faults.produce_raw(cluster.bootstrap(), cluster.topic("a"), P, json.dumps([poison]).encode())
     wait_until(lambda: positions(zones["b"], "a")[P][3] == "halted", 30, "partition P halts")
+    # the halt is recorded before its alert is sent
+    wait_until(lambda: alerts(meta, "b", "partition_halted"), 10, "the halt is alerted")
     alert = alerts(meta, "b", "partition_halted")[-1]
     assert alert["partition"] == P and "malformed message at offset" in alert["detail"], alert
     assert words in alert["detail"], alert

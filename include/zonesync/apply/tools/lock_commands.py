@@ -42,7 +42,7 @@ from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.apply.errors import TableMissing
 from zonesync.apply.tools.owner_row import put_row
 from zonesync.events import ChangeEvent, EventError, decode_message, decode_row, encode_row, pk_text
-from zonesync.sql_names import is_ident
+from zonesync.sql_names import is_ident, quote
 
 PK_FORMS = "a JSON list of the key values, e.g. '[42]', or an object by column, e.g. '{\"tenant_id\": 42}'"
 
@@ -104,9 +104,9 @@ def key_text(writer: ZoneWriter, table: str, pk: str) -> str:
         raise LockError(f"--pk {pk}: key values are numbers or strings (table {table}'s primary key is {expected})")
     conn = writer.connect()
     with conn.cursor() as cur:
-        cols = ", ".join(f"`{c}`" for c in columns)
-        cond = " AND ".join(f"`{c}` = %s" for c in columns)
-        cur.execute(f"SELECT {cols} FROM `{table}` WHERE {cond}", [values[c] for c in columns])
+        cols = ", ".join(quote(c, LockError) for c in columns)
+        cond = " AND ".join(f"{quote(c, LockError)} = %s" for c in columns)
+        cur.execute(f"SELECT {cols} FROM {quote(table, LockError)} WHERE {cond}", [values[c] for c in columns])
         row = cur.fetchone()
     conn.commit()
     if row is not None:
