@@ -46,8 +46,10 @@ def inject(zones) -> None:
         "SET time_zone = '+02:00'", "UPDATE check_types SET at_ts = '2026-01-01 10:00:00' WHERE id = 41")  # fmt: skip
     sql(a, "INSERT INTO check_types (id, tenant_id, name, note, _zs_origin, _zs_version) "
            "VALUES (5000, 904, 'only in a', '', 3, 6000)")  # fmt: skip
-    # written after the check's cut (its version is the writer's clock): in flight, not reported
-    late = int(time.time() * 1_000_000) + 10_000_000
+    # written after the check's cut (its version is the writer's clock): in flight, not reported;
+    # an hour ahead, so it stays after the cut of every check a test runs after it, however
+    # slow the machine (10 s ahead, a repair test's second check reported it on a slow day)
+    late = int(time.time() * 1_000_000) + 3_600_000_000
     sql(b, f"UPDATE check_types SET name = 'late', _zs_version = {late} WHERE id = 80")
 
 
