@@ -150,7 +150,8 @@ def test_zone_connections_come_from_endpoints_with_timeouts(monkeypatch):
     from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 
     for zone, zone_id in (("a", 1), ("b", 2), ("c", 3)):
-        conn = Connection(conn_id=f"zonesync_zone_{zone}", conn_type="mysql", host="h", port=3300 + zone_id)
+        conn = Connection(conn_id=f"zonesync_zone_{zone}", conn_type="mysql", host="h", port=3300 + zone_id,
+                          login="app")  # fmt: skip
         conn.extra = json.dumps({"zone_id": zone_id})
         monkeypatch.setenv(f"AIRFLOW_CONN_ZONESYNC_ZONE_{zone.upper()}", conn.as_json())
 
