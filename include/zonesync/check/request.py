@@ -53,13 +53,13 @@ class CheckRequest:
 def check_shape(req: CheckRequest) -> None:
     """What can be checked without the mesh: spelling, ranges, a reason."""
     for z in req.zones:
-        if not isinstance(z, str) or not is_zone_name(z):
+        if not is_zone_name(z):
             raise CheckRefused(f"zones: {z!r} is not a zone name (lower-case letters, digits, _; e.g. 'a')")
     for field, names in (("zones", req.zones), ("tables", req.tables)):
         if len(set(names)) != len(names):
             raise CheckRefused(f"{field}: a name is given twice; give each once")
     for t in req.tables:
-        if not isinstance(t, str) or not is_ident(t):
+        if not is_ident(t):
             raise CheckRefused(f"tables: {t!r} is not a plain table name")
     if (
         not isinstance(req.chunk_rows, int)

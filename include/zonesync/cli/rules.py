@@ -52,10 +52,9 @@ def cmd_rules_apply(args) -> int:
             meta, rules, args.reason, timeout=args.timeout, require_writable=not args.allow_blocked
         )
     except guards.AckTimeout as exc:  # published: say that it is live, and who has not taken it yet
-        lagging = ", ".join(f"{g.instance_id} (zone {g.zone}, runs v{g.version_applied})" for g in exc.laggards)
         return common.fail(
             f"rules apply: version {exc.version} is published and in force for every guard that acked it; not "
-            f"acked within {args.timeout:g} s by: {lagging} (they take it when they next poll; `zonesync guards` "
+            f"acked within {args.timeout:g} s by: {exc.lagging} (they take it when they next poll; `zonesync guards` "
             "lists them)"
         )
     acked = guards.list_instances(meta, rules.zones())

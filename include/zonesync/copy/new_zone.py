@@ -47,7 +47,7 @@ def add_zone(meta, name: str, zone_conn, partitions: int, zone_id: int | None = 
     zone id. CopyRefused, with nothing changed, for a bad or taken name or id."""
     from zonesync.meta.store import MetaStore
 
-    if not isinstance(name, str) or not is_zone_name(name):
+    if not is_zone_name(name):
         raise CopyRefused(f"name: {name!r} is not a zone name (lower-case letters, digits, _; e.g. 'd')")
     store = MetaStore(meta)
     zones = store.zones()

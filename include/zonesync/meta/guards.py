@@ -31,8 +31,8 @@ class AckTimeout(MetaError):
     def __init__(self, version: int, laggards: list[GuardInstance], timeout: float):
         self.version = version
         self.laggards = laggards
-        names = ", ".join(f"{g.instance_id} (zone {g.zone}, runs v{g.version_applied})" for g in laggards)
-        super().__init__(f"version {version} not acked within {timeout:.1f} s by: {names}")
+        self.lagging = ", ".join(f"{g.instance_id} (zone {g.zone}, runs v{g.version_applied})" for g in laggards)
+        super().__init__(f"version {version} not acked within {timeout:.1f} s by: {self.lagging}")
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def build_applier(
 ):
     from zonesync.apply.batch.writer import ZoneWriter
     from zonesync.apply.loop.applier import Applier
-    from zonesync.apply.loop.settings import IDLE_TRANSACTION_S, MAX_VERSION_AHEAD_S, ApplierSettings
+    from zonesync.apply.loop.settings import GROUP_SESSION_S, IDLE_TRANSACTION_S, MAX_VERSION_AHEAD_S, ApplierSettings
 
     ep = zone_endpoint(zone, env)
     cfg = config.load(env)
@@ -99,7 +99,7 @@ def build_applier(
             ),
             group=group,
             lag_warning_s=_seconds(env, "ZONESYNC_LAG_WARNING_S", 60.0),
-            group_session_s=_seconds(env, "ZONESYNC_APPLY_GROUP_SESSION_S", 6.0),
+            group_session_s=_seconds(env, "ZONESYNC_APPLY_GROUP_SESSION_S", GROUP_SESSION_S),
             idle_transaction_s=_seconds(env, "ZONESYNC_APPLY_IDLE_TRANSACTION_S", IDLE_TRANSACTION_S),
             max_version_ahead_s=_seconds(env, "ZONESYNC_APPLY_MAX_VERSION_AHEAD_S", MAX_VERSION_AHEAD_S),
             atomic_transactions=atomic_transactions
