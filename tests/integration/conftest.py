@@ -37,11 +37,12 @@ def guard_env(meta, zones):
 
 @pytest.fixture
 def cluster(meta, zones, broker, test_cfg, guard_env):
-    """Replication between zones a, b, c on fresh private topics; baseline rules; guards via guard_env."""
+    """Replication between zones a, b, c on fresh private topics; baseline rules; guards via
+    guard_env; the appliers check events' owners against the rules (owner_history.py)."""
     from tests.support.replication import Cluster, reset_state
 
     reset_state(zones, meta)
-    c = Cluster(zones, meta, broker, test_cfg.broker_file)
+    c = Cluster(zones, meta, broker, test_cfg.broker_file, check_owners=True)
     c.start()
     c.wait_started()
     yield c

@@ -33,7 +33,11 @@ def spawn(cluster, zone: str, log_path: Path | None = None) -> subprocess.Popen:
         cluster.prefix,
         str(cluster.broker_file),
     ]
-    env = {**os.environ, "ZONESYNC_META_URL": meta_url(cluster.meta)}
+    env = {
+        **os.environ,
+        "ZONESYNC_META_URL": meta_url(cluster.meta),
+        "ZONESYNC_APPLY_CHECK_OWNERS": "1" if cluster.check_owners else "0",
+    }
     if log_path is None:
         return subprocess.Popen(argv, cwd=REPO, env=env)
     with open(log_path, "ab") as log:
@@ -58,7 +62,7 @@ if __name__ == "__main__":
         partitions=int(partitions),
         bootstrap=lambda: broker_mod.read_info(Path(broker_file))["bootstrap"],
         topic_of=lambda z: f"{prefix}.zonesync.{z}.changes",
-        settings=ApplierSettings(group=True),
+        settings=ApplierSettings(group=True, check_owners=os.environ["ZONESYNC_APPLY_CHECK_OWNERS"] == "1"),
     )
     signal.signal(signal.SIGTERM, lambda *_: applier.stop())
     applier.run()

@@ -64,8 +64,27 @@ def reset_state(zones, meta) -> None:
 
 
 class Cluster:
-    def __init__(self, zones, meta, broker_info, broker_file, partitions=4, topic_suffix=None, relay_topic_of=None):
+    """Replicators and appliers of zones a, b, c on private topics, all as root.
+
+    `check_owners` (the appliers' check that each event's zone owned its row's ZSID, in a
+    table the rules declare: apply/loop/owner_history.py) is off unless asked for: most
+    replication tests write rows as root, behind the guards, in whichever zone suits the
+    case (any tenant in zone a, tables no rules declare); tests whose writes go through
+    guards, and the switch's, run with it on."""
+
+    def __init__(
+        self,
+        zones,
+        meta,
+        broker_info,
+        broker_file,
+        partitions=4,
+        topic_suffix=None,
+        relay_topic_of=None,
+        check_owners=False,
+    ):
         self.zones = zones
+        self.check_owners = check_owners
         self.meta = meta
         self.partitions = partitions
         self.prefix = f"t{uuid.uuid4().hex[:8]}"
@@ -104,7 +123,7 @@ class Cluster:
             partitions=self.partitions,
             bootstrap=self.bootstrap,
             topic_of=self.apply_topic,
-            settings=ApplierSettings(**kw),
+            settings=ApplierSettings(**{"check_owners": self.check_owners, **kw}),
         )
 
     def start(self, which=("replicator", "applier"), zones=ZONES, **applier_kw) -> None:

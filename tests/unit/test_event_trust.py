@@ -41,3 +41,103 @@ def test_another_zones_event_on_this_topic_is_refused():
 def test_an_event_claiming_another_partition_is_refused():
     with pytest.raises(EventError, match="names partition 3 but came on partition 0"):
         EventTrust(now_us=lambda: NOW).check(_event(partition=3), "a", 0)
+
+
+# -- owners by the rules' history (apply/loop/owner_history.py) ----------------------------
+
+H = 3600_000_000  # an hour, µs
+
+
+def _rules(a_until: int, status_at_a: str = "ACTIVE", tables=("tenants",)):
+    """ZSIDs 0..a_until in zone a (with `status_at_a`), the rest in b; tenants by id % 10."""
+    from zonesync.rules import parse
+
+    return parse({
+        "zsid_space": {"min": 0, "max": 9},
+        "rules": [{"zsids": f"0-{a_until}", "zone": "a", "status": status_at_a},
+                  *([{"zsids": f"{a_until + 1}-9", "zone": "b"}] if a_until < 9 else [])],
+        "tables": {t: {"column": "id", "function": "modulo", "buckets": 10} for t in tables},
+    })  # fmt: skip
+
+
+def _history(*versions, skew_h=1, refresh=None):
+    from zonesync.apply.loop.owner_history import OwnerHistory
+
+    owners = OwnerHistory(skew_h * 3600, refresh)
+    owners.add([(i + 1, at / 1e6, rules) for i, (at, rules) in enumerate(versions)])
+    return owners
+
+
+def _row(zsid, version=NOW, op="insert", table="tenants", zone="a"):
+    image = {"id": zsid, "name": "x"}
+    old, new = (image, None) if op == "delete" else (None, image)
+    return _event(op=op, old=old, new=new, pk={"id": zsid}, version=version, table=table, source_zone=zone)[0]
+
+
+def test_the_owner_of_the_rows_zsid_passes_and_another_zone_is_refused_naming_the_row():
+    owners = _history((NOW - 5 * H, _rules(4)))
+    owners.check(_row(3))
+    owners.check(_row(7, op="delete", zone="b"))
+    with pytest.raises(EventError, match=r"LSN 7 of tenants \{'id': 7\}: zone a did not own the row's ZSID"):
+        owners.check(_row(7))
+    with pytest.raises(EventError, match="zone b did not own"):
+        owners.check(_row(13, zone="b"))  # 13 % 10 = 3: a's
+
+
+def test_a_table_the_rules_do_not_declare_is_refused_by_name():
+    owners = _history((NOW - 5 * H, _rules(4)))
+    with pytest.raises(EventError, match="table 'secrets' is not declared in the rules in force"):
+        owners.check(_row(3, table="secrets"))
+
+
+def test_a_switch_lets_the_old_owners_late_writes_through_within_the_skew_and_not_after():
+    # version 1: ZSIDs 0-4 in a; version 2 (1 h later): 3-4 blocked; version 3 (2 h later): 3-9 in b
+    blocked = _rules(4, status_at_a="BLOCK")
+    moved = _rules(2)
+    owners = _history((NOW - 5 * H, _rules(4)), (NOW - 3 * H, blocked), (NOW - 2 * H, moved), skew_h=1)
+    owners.check(_row(3, version=NOW - 3 * H - 1))  # written just before the block: a's
+    owners.check(_row(3, version=NOW - 3 * H + H // 2))  # within the skew of the block
+    with pytest.raises(EventError, match="zone a did not own"):
+        owners.check(_row(3, version=NOW))  # written now, long after the move
+    owners.check(_row(3, version=NOW, zone="b"))
+    owners.check(_row(3, version=NOW - 6 * H + 1))  # a replay of an old write, judged by its own time
+
+
+def test_a_version_published_after_the_last_read_is_fetched_before_refusing():
+    newer = [(2, (NOW - 1000) / 1e6, _rules(9))]  # a switch gave a ZSIDs 5-9 a moment ago
+    calls = []
+
+    def refresh():
+        calls.append(1)
+        owners.add(newer)
+        return bool(newer)
+
+    owners = _history((NOW - 5 * H, _rules(4)), refresh=refresh)
+    owners.check(_row(7))
+    assert calls == [1]
+    newer = []
+    with pytest.raises(EventError, match="zone b did not own"):
+        owners.check(_row(7, zone="b", version=NOW + 2 * H))
+    assert calls == [1, 1]  # asked again, found nothing new, refused
+
+
+def test_an_update_that_moves_a_row_out_of_its_zones_zsids_needs_both_images_owned():
+    owners = _history((NOW - 5 * H, _rules(4)))
+    with pytest.raises(EventError, match="zone a did not own"):
+        owners.check(_event(op="update", old={"id": 3}, new={"id": 7}, pk={"id": 3})[0])
+
+
+def test_before_meta_answers_nothing_is_checked_and_before_any_rules_nothing_is_owned():
+    from zonesync.apply.loop.owner_history import OwnerHistory
+
+    OwnerHistory(3600).check(_row(7))
+    owners = OwnerHistory(3600)
+    owners.add([])
+    with pytest.raises(EventError, match="no rules version was in force"):
+        owners.check(_row(3))
+
+
+def test_event_trust_runs_the_owners_check():
+    trust = EventTrust(now_us=lambda: NOW, owners=_history((NOW - 5 * H, _rules(4))))
+    with pytest.raises(EventError, match="zone a did not own"):
+        trust.check([_row(7)], "a", 0)

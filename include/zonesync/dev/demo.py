@@ -18,25 +18,44 @@ from zonesync.dev import airflow_env, env
 SAMPLE_ORDERS = 300
 
 
-def load_sample_rows(cfg: EnvConfig) -> dict[str, int]:
-    """Upsert a deterministic set of tenants and orders into each zone."""
+def owned_tenants(rules, zone: str, count: int = 10) -> list[int]:
+    """The first `count` tenant ids whose ZSID `zone` owns, ACTIVE, by `rules`: a zone
+    writes only its own rows (its appliers' neighbours refuse any other zone's)."""
+    from zonesync.rules.extract import RuleIndex, ZsidUnknown
+
+    index, found = RuleIndex(rules), []
+    for tenant in range(1, 100_000):
+        try:
+            rule = index.rule_for(index.zsid_of("tenants", {"tenant_id": tenant}))
+        except ZsidUnknown:
+            continue
+        if rule.writable_in(zone):
+            found.append(tenant)
+            if len(found) == count:
+                return found
+    raise env.EnvError(f"the rules in force leave zone {zone} fewer than {count} tenants: `zonesync rules show`")
+
+
+def load_sample_rows(cfg: EnvConfig, rules) -> dict[str, int]:
+    """Upsert a deterministic set of tenants and orders into each zone, each zone's own by `rules`."""
     counts = {}
     for n, inst in enumerate(env.instances(cfg)[1:], start=1):
         zone = cfg.zones[n - 1]
         orders = SAMPLE_ORDERS * n
+        tenants = owned_tenants(rules, zone.name)
         conn = inst.connect("zonesync_app")
         try:
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO tenants (tenant_id, name, _zs_origin, _zs_version) VALUES (%s, %s, %s, 1) "
                     "ON DUPLICATE KEY UPDATE name = VALUES(name)",
-                    [(zone.id * 1000 + t, f"tenant {t} of zone {zone.name}", zone.id) for t in range(10)],
+                    [(t, f"tenant {t} of zone {zone.name}", zone.id) for t in tenants],
                 )
                 cur.executemany(
                     "INSERT INTO orders (order_id, tenant_id, amount, _zs_origin, _zs_version) "
                     "VALUES (%s, %s, %s, %s, 1) ON DUPLICATE KEY UPDATE amount = VALUES(amount)",
                     [
-                        (zone.id * 1_000_000 + i, zone.id * 1000 + i % 10, round(i * 1.25, 2), zone.id)
+                        (zone.id * 1_000_000 + i, tenants[i % len(tenants)], round(i * 1.25, 2), zone.id)
                         for i in range(1, orders + 1)
                     ],
                 )
@@ -46,8 +65,9 @@ def load_sample_rows(cfg: EnvConfig) -> dict[str, int]:
     return counts
 
 
-def publish_example_rules(cfg: EnvConfig) -> str:
-    """Publish examples/rules.yaml as the first rules version (once)."""
+def publish_example_rules(cfg: EnvConfig) -> tuple[str, object]:
+    """Publish examples/rules.yaml as the first rules version (once): (what was done, the
+    rules in force)."""
     from zonesync.config import REPO_ROOT
     from zonesync.meta import guards
     from zonesync.meta.store import MetaStore
@@ -56,9 +76,10 @@ def publish_example_rules(cfg: EnvConfig) -> str:
     meta = env.meta_config(cfg)
     current = MetaStore(meta).rules_at()
     if current is not None:
-        return f"zone-sharding rules: version {current[0]} in force (zonesync rules show)"
-    version = guards.push_and_wait(meta, load_file(REPO_ROOT / "examples" / "rules.yaml"), "make demo: initial split")
-    return f"zone-sharding rules: examples/rules.yaml published as version {version} (zonesync rules show)"
+        return f"zone-sharding rules: version {current[0]} in force (zonesync rules show)", current[1]
+    rules = load_file(REPO_ROOT / "examples" / "rules.yaml")
+    version = guards.push_and_wait(meta, rules, "make demo: initial split")
+    return f"zone-sharding rules: examples/rules.yaml published as version {version} (zonesync rules show)", rules
 
 
 def wait_replicated(cfg: EnvConfig, total: int, timeout: float = 60.0) -> str:
@@ -94,9 +115,10 @@ def run(cfg: EnvConfig) -> int:
         raise env.EnvError("the demo runs its main job through Airflow: unset ZONESYNC_WITH_AIRFLOW=0")
     env.up(cfg)
     env.load_sample_schema(cfg)
-    counts = load_sample_rows(cfg)
+    published, rules = publish_example_rules(cfg)
+    print(published)
+    counts = load_sample_rows(cfg, rules)
     print(f"sample rows written: {', '.join(f'zone {z}: {c} orders' for z, c in counts.items())}")
-    print(publish_example_rules(cfg))
     if cfg.with_workers:
         print(wait_replicated(cfg, sum(counts.values())))
 

@@ -173,6 +173,22 @@ class MetaStore:
             return None
         return int(row[0]), parse(json.loads(row[1]), f"rules version {row[0]}")
 
+    def rules_after(self, version: int) -> list[tuple[int, float, RuleSet]]:
+        """Rules versions newer than `version`, oldest first: (version, published at as epoch
+        seconds, rules): what an applier's owner history (apply/loop/owner_history.py) adds."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT version, UNIX_TIMESTAMP(created_at), rule_set FROM versions "
+                    "WHERE kind = 'rules' AND version > %s ORDER BY version",
+                    (version,),
+                )
+                rows = cur.fetchall()
+        finally:
+            conn.close()
+        return [(int(v), float(t), parse(json.loads(doc), f"rules version {v}")) for v, t, doc in rows]
+
     def rules_version(self, version: int) -> RuleSet:
         """Exactly rules version `version` (for show/diff); an error names what exists."""
         conn = self.connect()

@@ -35,9 +35,11 @@ def build_replicator(zone: str, server_id: int | None = None, env: dict | None =
     )
 
 
-def _flag(env: dict | None, name: str) -> bool:
+def _flag(env: dict | None, name: str, default: bool = False) -> bool:
     text = ((env if env is not None else os.environ).get(name) or "").strip().lower()
-    if text in ("", "0", "false", "no", "off"):
+    if not text:
+        return default
+    if text in ("0", "false", "no", "off"):
         return False
     if text in ("1", "true", "yes", "on"):
         return True
@@ -106,6 +108,7 @@ def build_applier(
             if atomic_transactions is not None
             else _flag(env, "ZONESYNC_APPLY_ATOMIC_TRANSACTIONS"),
             behind_timeout=_seconds(env, "ZONESYNC_APPLY_BEHIND_TIMEOUT_S", 10.0),
+            check_owners=_flag(env, "ZONESYNC_APPLY_CHECK_OWNERS", True),
         ),
     )
 

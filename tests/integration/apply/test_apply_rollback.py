@@ -464,3 +464,39 @@ def test_a_poison_or_forged_event_halts_its_partition_only(rollback_env, zones, 
     _others_arrive(zones, source, 2)
     assert positions(zones["b"], "a")[P][2] == before[2], "the halted partition applied nothing more"
     assert 999_999 not in {r[0] for r in checksum(zones["b"])}
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [({"table": "payroll"}, "table 'payroll' is not declared in the rules"),
+     ({"pk": {"tenant_id": 500}, "new": {"tenant_id": 500, "name": "forged", "_zs_origin": 1, "_zs_version": 1}},
+      "zone a did not own the row's ZSID")],
+)  # fmt: skip
+def test_an_event_outside_the_rules_halts_its_partition(rollback_env, zones, meta, changes, words):
+    """Issue 24: with the owners' check on (the production default), a's own rows flow,
+    but a row of a table the rules do not declare, or of a ZSID zone a did not own (tenant
+    500 is b's by the baseline rules), halts the partition with an alert naming it, and
+    nothing of it lands in b."""
+    import json
+
+    from tests.support.rules import rules_doc
+    from zonesync.meta.store import MetaStore
+
+    MetaStore(meta).publish_rules(rules_doc(), "test baseline")
+    cluster, source = rollback_env
+    cluster.start(which=("applier",), zones=("b",), check_owners=True)
+    source.write(0)
+    _applied(zones, 0)  # a's tenants (ZSIDs 0-399) pass the check
+    before = positions(zones["b"], "a")[P]
+    forged = {"lsn": before[2] + 1, "prev_lsn": before[2], "source_zone": "a", "origin_zone": 1, "table": "tenants",
+              "pk": {"tenant_id": 999_999}, "op": "insert", "old": None,
+              "new": {"tenant_id": 999_999, "name": "forged", "_zs_origin": 1, "_zs_version": 1},
+              "version": time.time_ns() // 1000, "txn_id": "forged", "row_index": 0, "row_count": 1,
+              "commit_ts": 1, "partition": P, **changes}  # fmt: skip
+    apply_faults.produce_raw(cluster.bootstrap(), cluster.topic("a"), P, json.dumps([forged]).encode())
+    wait_until(lambda: positions(zones["b"], "a")[P][3] == "halted", 30, "partition P halts")
+    wait_until(lambda: alerts(meta, "b", "partition_halted"), 10, "the halt is alerted")
+    alert = alerts(meta, "b", "partition_halted")[-1]
+    assert alert["partition"] == P and words in alert["detail"], alert
+    assert positions(zones["b"], "a")[P][2] == before[2], "the halted partition applied nothing more"
+    assert not {500, 999_999} & {r[0] for r in checksum(zones["b"])}

@@ -79,6 +79,7 @@ from zonesync.apply.loop.atomic_rounds import spans_workers, whole_transactions
 from zonesync.apply.loop.continuity import complete_prefix, filter_chain
 from zonesync.apply.loop.event_trust import EventTrust
 from zonesync.apply.loop.lag_report import LagReporter, message_time
+from zonesync.apply.loop.owner_history import OwnerHistory
 from zonesync.apply.loop.partition_faults import PartitionFaults
 from zonesync.apply.loop.partitions import PartitionBook
 from zonesync.apply.loop.rounds import Rounds
@@ -87,6 +88,7 @@ from zonesync.events import ChangeEvent, EventError, decode_message
 from zonesync.meta import alerts, topics
 from zonesync.meta.db import META_DOWN, MetaConfig
 from zonesync.meta.outage import MetaOutage
+from zonesync.meta.store import MetaStore
 from zonesync.runtime import transport
 
 log = logging.getLogger("zonesync.applier")
@@ -126,7 +128,10 @@ class Applier:
         self._count_lock = threading.Lock()
         self._last_gc = 0.0
         self._source_of_topic = {topic_of(s): s for s in sources}
-        self.trust = EventTrust(settings.max_version_ahead_s)  # forged or foreign events (event_trust.py)
+        # forged or foreign events (event_trust.py), owners by the rules' history (owner_history.py)
+        self.owners = OwnerHistory(settings.max_version_ahead_s, self._read_rules) if settings.check_owners else None
+        self.trust = EventTrust(settings.max_version_ahead_s, owners=self.owners)
+        self._owners_warned = False
         self.stopping = False
         self.applied = 0
         self._local = threading.local()
@@ -164,6 +169,20 @@ class Applier:
             self.applied += result.applied
         for source, table, pk, reason in result.locked:
             self.alert("row_locked", {"source": source, "table": table, "pk": pk, "reason": reason})
+
+    def _read_rules(self) -> bool:
+        """The rules versions published since the last read, for the owners' check: any?"""
+        owners = self.owners
+        if owners is None:
+            return False
+        newer = self.meta_outage.call(MetaStore(self.meta).rules_after, owners.last_version, default=None)
+        if newer is not None:
+            owners.add(newer)
+            return bool(newer)
+        if not owners.known and not self._owners_warned:
+            self._owners_warned = True
+            log.warning("applier %s: meta has not answered yet: events' owners are unchecked until it does", self.zone)
+        return False
 
     # -- workers -------------------------------------------------------------
     def _writer(self) -> ZoneWriter:
@@ -266,6 +285,7 @@ class Applier:
     def _pass(self, deadline: float | None) -> None:
         self.book.reset()
         self._read_copy_tables()
+        self._read_rules()
         link = _Pass(self.bootstrap())
         link.consumer = self._open_consumer(link)
         # One single-threaded executor per worker: a worker applies its shares in order.
@@ -416,6 +436,7 @@ class Applier:
             raise RuntimeError("the broker moved (new bootstrap): reconnecting")
         self.faults.check_status()
         self._read_copy_tables()
+        self._read_rules()
         self.lag.report(link.consumer, pending)
         self._send_alerts()
         if now - self._last_gc >= 60:

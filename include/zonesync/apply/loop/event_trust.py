@@ -19,22 +19,30 @@ decision, not the applier's.
   so one more than `max_ahead_s` ahead (6 hours by default, ZONESYNC_APPLY_MAX_VERSION_AHEAD_S;
   the mesh's tests run guards an hour apart) is no zone's.
 
-Still to come (issue 24): only tables the rules declare, and an origin consistent with
-the rules (the topic's zone owned the row's ZSID, allowing for the switch history).
+- Its table is one the rules declare and the topic's zone owned the row's ZSID when it
+  was written, allowing for the switch history (owner_history.py), unless the applier
+  runs with owners unchecked (ZONESYNC_APPLY_CHECK_OWNERS=0).
 """
 
 from __future__ import annotations
 
 import time
 
+from zonesync.apply.loop.owner_history import OwnerHistory
 from zonesync.apply.loop.settings import MAX_VERSION_AHEAD_S
 from zonesync.events import ChangeEvent, EventError
 
 
 class EventTrust:
-    def __init__(self, max_ahead_s: float = MAX_VERSION_AHEAD_S, now_us=lambda: time.time_ns() // 1000):
+    def __init__(
+        self,
+        max_ahead_s: float = MAX_VERSION_AHEAD_S,
+        now_us=lambda: time.time_ns() // 1000,
+        owners: OwnerHistory | None = None,
+    ):
         self.max_ahead_us = int(max_ahead_s * 1_000_000)
         self.now_us = now_us
+        self.owners = owners
 
     def check(self, events: list[ChangeEvent], source_zone: str, partition: int) -> None:
         """EventError naming the first event of `events` (one message of `source_zone`'s
@@ -51,3 +59,5 @@ class EventTrust:
                 raise EventError(f"event LSN {e.lsn} of {e.table}: version {e.version} is {ahead:,.0f} s ahead of "
                                  f"this applier's clock (the bound is {self.max_ahead_us / 1e6:g} s, "
                                  "ZONESYNC_APPLY_MAX_VERSION_AHEAD_S)")  # fmt: skip
+            if self.owners is not None:
+                self.owners.check(e)

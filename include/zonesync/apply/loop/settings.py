@@ -43,6 +43,9 @@ class ApplierSettings:
     group_session_s: float = GROUP_SESSION_S  # group mode: how long a silent worker keeps its partitions
     idle_transaction_s: float = IDLE_TRANSACTION_S  # a silent open transaction is rolled back after this
     max_version_ahead_s: float = MAX_VERSION_AHEAD_S  # an event further ahead of the clock halts
+    # only declared tables, only from the ZSID's owner of the time (owner_history.py); off
+    # (ZONESYNC_APPLY_CHECK_OWNERS=0) only for rows written behind the guards, as some tests do
+    check_owners: bool = True
     lag_warning_s: float = 60.0  # a partition this far behind raises lag_warning (lag_report.py)
     atomic_transactions: bool = False  # a source transaction's rows become visible together (atomic_rounds.py)
 

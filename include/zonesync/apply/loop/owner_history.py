@@ -1,0 +1,126 @@
+"""Who could have written a row: the rules versions' history, as an applier checks an
+event against it (issue 24: forged or foreign events; event_trust.py runs the check).
+
+A zone's topic carries only what that zone's guard let its application write, and a
+guard lets a write through only when the rules version it runs says the row's ZSID is
+ACTIVE in its zone. So an event on zone Z's topic is believable only if its table is one
+the rules declare and Z held the row's ZSID, ACTIVE, in a rules version in force when the
+row was written. Anything else was produced by something that is not Z's replicator (or
+written in Z behind its guard's back): the applier halts the partition with an alert
+naming the event rather than copy the row into every zone.
+
+"When the row was written" is the event's version, a hybrid logical clock in
+microseconds (dal/hlc.py) within clock skew of wall time, and a version is in force from
+its publication (meta's clock) until the next one's: guards take a new version within a
+poll, and one that has not acknowledged yet still runs the version before. The check
+therefore accepts every version in force at any time within `skew_s` either side of the
+event's version (the applier's clock-skew bound, ZONESYNC_APPLY_MAX_VERSION_AHEAD_S).
+This is what lets a zone switch's history through: the old owner's last writes, applied
+after the ZSID moved, were made under the version before the block, and a replay of
+last week's binlog is judged by last week's rules.
+
+What it does not check: locating entities (a tenant placed in another zone narrows what
+the guard lets through further; the ZSID's owner is a necessary condition, not all of
+it), and `_zs_origin`, which names the zone that last wrote the row through a guard, not
+the zone whose binlog the change is in (capture/replicator.py publishes by session).
+
+The history is read from meta once per applier pass and once a second, only the versions
+published since the last read (each is parsed once). While meta has never answered, the
+check is not made (a warning says so): an applier keeps applying through a meta outage
+(seed S003-03) and the history it read last stays in force.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+
+from zonesync.events import ChangeEvent, EventError, decode_row
+from zonesync.rules.extract import RuleIndex, ZsidUnknown
+from zonesync.rules.model import ACTIVE, RuleSet
+
+log = logging.getLogger("zonesync.applier")
+
+
+class OwnerHistory:
+    """The rules versions in order of publication: [(published at, epoch µs; RuleIndex)]."""
+
+    def __init__(self, skew_s: float, refresh=None):
+        self.skew_us = int(skew_s * 1_000_000)
+        # reads meta for versions newer than the last, adds them and says whether there
+        # were any: an event refused is checked again after it, since the applier reads
+        # the history only once a second and a switch's new owner writes at once
+        self.refresh = refresh
+        self.known = False  # meta answered once
+        self.last_version = 0
+        self._starts: list[int] = []
+        self._indexes: list[RuleIndex] = []
+
+    def add(self, versions: list[tuple[int, float, RuleSet]]) -> None:
+        """Versions published after `last_version`, oldest first: (version, epoch s, rules)."""
+        self.known = True
+        for version, published_s, rules in versions:
+            if version <= self.last_version:
+                continue
+            # meta's clock never runs backwards across versions in the order they were
+            # published; if it did, the later version is taken as published no earlier
+            start = max(int(published_s * 1_000_000), self._starts[-1] if self._starts else 0)
+            self._starts.append(start)
+            self._indexes.append(RuleIndex(rules))
+            self.last_version = version
+
+    def in_force(self, at_us: int) -> list[RuleIndex]:
+        """The versions in force at some time within the skew either side of `at_us`.
+
+        A version from before the first rules version is judged by that first version: a
+        row no guard wrote (the table contract's version 0: rows loaded before zonesync
+        took the tables over) was the first owner's."""
+        starts = self._starts
+        first = max(bisect.bisect_right(starts, at_us - self.skew_us) - 1, 0)
+        last = max(bisect.bisect_right(starts, at_us + self.skew_us), 1)
+        return self._indexes[first:last]
+
+    def check(self, e: ChangeEvent) -> None:
+        """EventError unless `e.table` is declared and `e.source_zone` held the ZSID of each
+        of its row images, ACTIVE, in a version in force when it was written."""
+        if not self.known:
+            return
+        try:
+            self._check(e)
+        except EventError:
+            if self.refresh is None or not self.refresh():
+                raise
+            self._check(e)
+
+    def _check(self, e: ChangeEvent) -> None:
+        versions = self.in_force(e.version)
+        if not versions:
+            raise EventError(f"event LSN {e.lsn} of {e.table}: no rules version was in force at its version "
+                             f"{e.version}: no zone could have written it")  # fmt: skip
+        specs = [(index, index.ruleset.tables.get(e.table)) for index in versions]
+        if all(spec is None for _, spec in specs):
+            raise EventError(f"event LSN {e.lsn}: table {e.table!r} is not declared in the rules in force at its "
+                             "version: declare it (tables:) before replicating it")  # fmt: skip
+        for image in (e.old, e.new):
+            if image is not None and not self._owned(e.source_zone, specs, image):
+                raise EventError(f"event LSN {e.lsn} of {e.table} {e.pk}: zone {e.source_zone} did not own the "
+                                 "row's ZSID in any rules version in force at its version: only the owner writes "
+                                 "a row")  # fmt: skip
+
+    @staticmethod
+    def _owned(zone: str, specs, image: dict) -> bool:
+        row = None
+        for index, spec in specs:
+            if spec is None:
+                continue
+            value = image.get(spec.column)
+            if type(value) is dict:  # a tagged value (a decimal ZSID column, say)
+                row = row or decode_row(dict(image))
+                value = row.get(spec.column)
+            try:
+                rule = index.rule_for(index.zsid_of(spec.name, {spec.column: value}))
+            except ZsidUnknown:
+                continue
+            if rule.zone == zone and rule.status == ACTIVE:
+                return True
+        return False
