@@ -1,28 +1,31 @@
-"""The compose zones' server settings (docker/mysql/zonesync.cnf): what capture and its
-retention rely on, checked where no server runs."""
+"""The compose deployment (docker/): the zones' server settings (mariadb/zonesync.cnf)
+that capture and its retention rely on, the secrets check, and one database account per
+role; checked where no Docker engine runs."""
 
 from __future__ import annotations
 
 import configparser
 from pathlib import Path
 
-CNF = Path(__file__).resolve().parents[2] / "docker" / "mysql" / "zonesync.cnf"
+CNF = Path(__file__).resolve().parents[2] / "docker" / "mariadb" / "zonesync.cnf"
 
 
 def _settings() -> dict[str, str]:
     parser = configparser.ConfigParser(allow_no_value=True, inline_comment_prefixes=("#",))
     parser.read(CNF)
-    return {k.replace("-", "_"): (v or "").strip() for k, v in parser["mysqld"].items()}
+    return {k.replace("-", "_"): (v or "").strip() for k, v in parser["mariadbd"].items()}
 
 
 def test_compose_zones_capture_whole_rows_and_never_purge_by_themselves():
-    """S003-28: ROW events, FULL images and metadata. S001-08: the server's own expiry is
-    off (safe-purge decides), with the longest period behind it. S002-04: durable commits."""
+    """S003-28: ROW events, FULL images and metadata, uncompressed. S001-08: the server
+    never expires a binlog (safe-purge decides). S002-04: durable commits. S002-14: a
+    zone's AUTO_INCREMENT values are its own (the step here, the offset per service)."""
     s = _settings()
     assert (s["binlog_format"], s["binlog_row_image"], s["binlog_row_metadata"]) == ("ROW", "FULL", "FULL")
-    assert s["binlog_expire_logs_auto_purge"] == "OFF"
-    assert int(s["binlog_expire_logs_seconds"]) == 2**32 - 1
+    assert s["log_bin_compress"] == "OFF"
+    assert int(s["binlog_expire_logs_seconds"]) == 0
     assert (s["sync_binlog"], s["innodb_flush_log_at_trx_commit"]) == ("1", "1")
+    assert s["auto_increment_increment"] == "16"
 
 
 COMPOSE = CNF.parents[1] / "docker-compose.yml"
@@ -89,3 +92,76 @@ def test_every_compose_service_waits_for_the_secrets_check():
 
     late = [name for name in services if name != "secrets-check" and not waits(name)]
     assert late == [], f"these start without the secrets check: {late}"
+
+
+def _services() -> dict:
+    import yaml
+
+    return yaml.safe_load(COMPOSE.read_text())["services"]
+
+
+def test_each_worker_reaches_its_zone_under_its_roles_account_and_nothing_more():
+    """Issue 24, item 3: a replicator connects as zs_replicator, an applier as zs_applier,
+    meta as zs_meta; a worker gets no Airflow connection and no other zone's URL; Airflow
+    reaches the zones as zs_batch; only the meta-migrate one-shot is zs_admin."""
+    services = _services()
+    for zone in "abc":
+        for kind, role in (("replicator", "zs_replicator"), ("applier", "zs_applier")):
+            env = services[f"{kind}-{zone}"]["environment"]
+            urls = {k: v for k, v in env.items() if k.endswith("_URL")}
+            assert set(urls) == {f"ZONESYNC_ZONE_{zone.upper()}_URL", "ZONESYNC_META_URL"}, (kind, zone, urls)
+            assert urls[f"ZONESYNC_ZONE_{zone.upper()}_URL"].startswith(f"mysql://{role}:")
+            assert urls["ZONESYNC_META_URL"].startswith("mysql://zs_meta:")
+            assert not [k for k in env if k.startswith("AIRFLOW")], (kind, zone)
+    scheduler = services["airflow-scheduler"]["environment"]
+    assert all(scheduler[f"ZONESYNC_ZONE_{z}_URL"].startswith("mysql://zs_batch:") for z in "ABC")
+    assert '"login": "zs_batch"' in scheduler["AIRFLOW_CONN_ZONESYNC_ZONE_A"]
+    admins = [n for n, svc in services.items() if "zs_admin:" in str(svc.get("environment", ""))]
+    assert admins == ["meta-migrate"]
+
+
+def test_every_server_gets_the_role_accounts_and_their_passwords():
+    from tests.support.roles import ROLES, statements
+    from zonesync import deploy_check
+
+    services = _services()
+    servers = [n for n, svc in services.items() if str(svc.get("image", "")).startswith("mariadb")]
+    assert sorted(servers) == ["meta", "zone-a", "zone-b", "zone-c"]
+    for name in servers:
+        mounts = services[name]["volumes"]
+        assert "./mariadb/roles.sql:/docker-entrypoint-initdb.d/roles.sql.in:ro" in mounts
+        assert any(m.startswith("./mariadb/initdb/20-zonesync-roles.sh:") for m in mounts)
+        zone_grants = "./mariadb/roles-zone.sql:/docker-entrypoint-initdb.d/21-zonesync-zone-grants.sql:ro"
+        assert (zone_grants in mounts) == name.startswith("zone-"), name
+    script = (CNF.parent / "initdb" / "20-zonesync-roles.sh").read_text()
+    created = {s.split("'")[1] for s in statements((CNF.parent / "roles.sql").read_text()) if "CREATE USER" in s}
+    assert created == set(ROLES)
+    for role in ROLES:
+        assert f"ALTER USER '{role}'@'%' IDENTIFIED BY" in script
+    passwords = {n for n in deploy_check.SECRETS if n.startswith("ZONESYNC_")}
+    assert passwords == {f"ZONESYNC_{r.removeprefix('zs_').upper()}_PASSWORD" for r in ROLES}
+
+
+def test_kafka_authenticates_every_client_and_each_worker_is_its_own_principal():
+    """Issue 24, item 1: SASL on every listener a client reaches, ACLs with no default
+    allow, and each worker producing or consuming as itself with only its grants."""
+    services = _services()
+    kafka = services["kafka"]["environment"]
+    listeners = dict(p.split(":") for p in kafka["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert listeners == {"CLIENT": "SASL_PLAINTEXT", "CONTROLLER": "PLAINTEXT", "EXTERNAL": "SASL_PLAINTEXT"}
+    assert "9093" not in str(services["kafka"].get("ports")), "the controller listener stays inside"
+    assert kafka["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    assert kafka["KAFKA_AUTHORIZER_CLASS_NAME"].endswith("StandardAuthorizer")
+    init = services["kafka-init"]["command"][0]
+    for zone in "abc":
+        for kind in ("replicator", "applier"):
+            env = services[f"{kind}-{zone}"]["environment"]
+            assert env["ZONESYNC_KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
+            assert env["ZONESYNC_KAFKA_USERNAME"] == f"{kind}-{zone}"
+            assert env["ZONESYNC_KAFKA_PASSWORD"] == f"${{KAFKA_{kind.upper()}_{zone.upper()}_PASSWORD:?set in .env}}"
+    # the replicator writes its own topic only; the applier reads the others' in its group
+    assert 'allow "replicator-$${zone}" --operation Write --operation Read --operation Describe \\\n' in init
+    assert '--topic "zonesync.$${zone}.changes"' in init
+    assert '[ "$$other" = "$$zone" ] && continue' in init
+    assert 'allow "applier-$${zone}" --operation Read --group "zonesync-apply-$${zone}"' in init
+    assert services["airflow-scheduler"]["environment"]["ZONESYNC_KAFKA_USERNAME"] == "batch"
