@@ -33,7 +33,7 @@ def last_published_lsn(bootstrap: str, topic: str, partitions: int, timeout: flo
     After a restart, everything up to it may be published again (is_retry); events past
     the saved checkpoint are re-read and re-published in any case. 0 when the topic is
     empty or does not answer in time (the events then go out unmarked, as before)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "zonesync-tail", "enable.auto.commit": False})
+    consumer = Consumer(transport.consumer_config(bootstrap, "zonesync-tail"))
     try:
         wanted = []
         for p in range(partitions):

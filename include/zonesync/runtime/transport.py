@@ -1,9 +1,15 @@
-"""Kafka addressing shared by replicators and appliers.
+"""Kafka addressing and client settings shared by every Kafka client of zonesync.
 
 Bootstrap servers come from ZONESYNC_KAFKA_BOOTSTRAP (a real cluster), or from
 the dev broker's info file (ZONESYNC_KAFKA_BOOTSTRAP_FILE, default
 <state dir>/broker.json). The file is re-read whenever a client is rebuilt, so
 workers follow a dev broker that restarted on new ports.
+
+A real cluster authenticates each client (docs/security.md): ZONESYNC_KAFKA_SECURITY_PROTOCOL
+(SASL_SSL, SASL_PLAINTEXT or SSL), ZONESYNC_KAFKA_SASL_MECHANISM (SCRAM-SHA-512 by default
+with SASL), ZONESYNC_KAFKA_USERNAME / ZONESYNC_KAFKA_PASSWORD (the worker's own principal:
+its ACLs let a replicator write its zone's topic and an applier read the others'), and for
+TLS ZONESYNC_KAFKA_SSL_CA / _SSL_CERT / _SSL_KEY (files). The dev broker needs none.
 """
 
 from __future__ import annotations
@@ -65,8 +71,48 @@ def partitions(env: dict | None = None) -> int:
     return config.load(env).kafka_partitions
 
 
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+_TLS_FILES = {
+    "ZONESYNC_KAFKA_SSL_CA": "ssl.ca.location",
+    "ZONESYNC_KAFKA_SSL_CERT": "ssl.certificate.location",
+    "ZONESYNC_KAFKA_SSL_KEY": "ssl.key.location",
+}
+
+
+def security_config(env: dict | None = None) -> dict:
+    """librdkafka's authentication settings from the environment ({} for the dev broker);
+    a TransportError naming the variable and the fix when they do not fit together."""
+    env = os.environ if env is None else env
+    protocol = (env.get("ZONESYNC_KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT").strip().upper()
+    if protocol not in PROTOCOLS:
+        raise TransportError(f"ZONESYNC_KAFKA_SECURITY_PROTOCOL={protocol!r}: use one of {', '.join(PROTOCOLS)}")
+    out: dict = {} if protocol == "PLAINTEXT" else {"security.protocol": protocol}
+    if protocol.startswith("SASL"):
+        mechanism = (env.get("ZONESYNC_KAFKA_SASL_MECHANISM") or MECHANISMS[0]).strip().upper()
+        if mechanism not in MECHANISMS:
+            raise TransportError(f"ZONESYNC_KAFKA_SASL_MECHANISM={mechanism!r}: use one of {', '.join(MECHANISMS)}")
+        for name in ("ZONESYNC_KAFKA_USERNAME", "ZONESYNC_KAFKA_PASSWORD"):
+            if not env.get(name):
+                raise TransportError(f"{name} is not set: {protocol} needs this worker's Kafka principal and password")
+        out |= {"sasl.mechanism": mechanism, "sasl.username": env["ZONESYNC_KAFKA_USERNAME"],
+                "sasl.password": env["ZONESYNC_KAFKA_PASSWORD"]}  # fmt: skip
+    elif env.get("ZONESYNC_KAFKA_USERNAME") or env.get("ZONESYNC_KAFKA_PASSWORD"):
+        raise TransportError(f"ZONESYNC_KAFKA_USERNAME/PASSWORD are set but ZONESYNC_KAFKA_SECURITY_PROTOCOL "
+                             f"is {protocol}: set it to SASL_SSL (or SASL_PLAINTEXT), or the password is "
+                             "never used")  # fmt: skip
+    for name, key in _TLS_FILES.items():
+        if env.get(name):
+            if not protocol.endswith("SSL"):
+                raise TransportError(f"{name} is set but ZONESYNC_KAFKA_SECURITY_PROTOCOL is {protocol}: "
+                                     "use SSL or SASL_SSL")  # fmt: skip
+            out[key] = env[name]
+    return out
+
+
 def producer_config(bootstrap_servers: str) -> dict:
     return {
+        **security_config(),
         "bootstrap.servers": bootstrap_servers,
         "enable.idempotence": True,
         "acks": "all",
@@ -89,6 +135,7 @@ def producer_config(bootstrap_servers: str) -> dict:
 
 def consumer_config(bootstrap_servers: str, group: str) -> dict:
     return {
+        **security_config(),
         "bootstrap.servers": bootstrap_servers,
         "group.id": group,  # offsets are never committed: positions live with the data
         "enable.auto.commit": False,
