@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness import BenchEnv, Row, run_job, settle
+from bench.harness import BenchEnv, Row, publish_rules, run_job, settle
 from zonesync import jvm
 from zonesync.dev import env as dev_env
 
@@ -161,22 +161,10 @@ def _inject(b, c, rows: int) -> set[str]:
     return {f"[{k}]" for k in [*keys, *extra]}
 
 
-def _publish_rules(env: BenchEnv) -> None:
-    """The dev env's rules with the bench's table declared (ZSID = id mod 1024)."""
-    from zonesync.meta.store import MetaStore
-    from zonesync.rules import parse
-
-    doc = {"zsid_space": {"min": 0, "max": 1023}, "txn_deadline_ms": 2000,
-           "rules": [{"zsids": "0-399", "zone": "a"}, {"zsids": "400-799", "zone": "b"},
-                     {"zsids": "800-1023", "zone": "c"}],
-           "tables": {TABLE: {"column": "id", "function": "modulo", "buckets": 1024}}}  # fmt: skip
-    MetaStore(dev_env.meta_config(env.cfg)).publish_rules(parse(doc), "bench: the check's table")
-
-
 def run(env: BenchEnv) -> list[Row]:
     dev_env.up_meta(env.cfg)
     dev_env.up_zone_bookkeeping(env.cfg)
-    _publish_rules(env)
+    publish_rules(env.cfg)  # its table declared (ZSID = id mod 1024)
     a, b, c = (env.instances[z] for z in ("a", "b", "c"))
     workdir = env.cfg.state_dir / "bench-check"
     workdir.mkdir(parents=True, exist_ok=True)

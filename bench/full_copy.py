@@ -43,7 +43,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.harness import BenchEnv, Row, run_job, settle
+from bench.harness import BenchEnv, Row, publish_rules, run_job, settle
 from zonesync import jvm
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.dev import env as dev_env
@@ -353,6 +353,7 @@ def _speed(a, b, rows: int, workdir: Path) -> tuple[float, float, float]:
 def run(env: BenchEnv) -> list[Row]:
     dev_env.up_meta(env.cfg)
     dev_env.up_zone_bookkeeping(env.cfg)
+    publish_rules(env.cfg)  # its tables declared: the appliers check every event's owner
     a, b = env.instances["a"], env.instances["b"]
     workdir = env.cfg.state_dir / "bench-copy"
     workdir.mkdir(parents=True, exist_ok=True)

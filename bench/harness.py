@@ -31,6 +31,40 @@ class Row:
         return not self.judged or self.ratio >= self.target
 
 
+# Every table a bench replicates, declared in the rules its appliers check each event
+# against (apply/loop/owner_history.py): the sample's tables and the benches' own, the
+# zone split of examples/rules.yaml (a 0-399, b 400-799, c 800-1023).
+_ALL_IN_A = {"column": "id", "function": "range", "ranges": [{"lo": 0, "hi": 2**62, "zsid": 0}]}
+BENCH_RULES = {
+    "zsid_space": {"min": 0, "max": 1023},
+    "txn_deadline_ms": 2000,
+    "rules": [{"zsids": "0-399", "zone": "a"}, {"zsids": "400-799", "zone": "b"}, {"zsids": "800-1023", "zone": "c"}],
+    "tables": {
+        "tenants": {"column": "tenant_id", "function": "modulo", "buckets": 1024},
+        "orders": {"column": "tenant_id", "function": "modulo", "buckets": 1024,
+                   "entity": {"type": "tenant", "column": "tenant_id"}},
+        "bench_check": {"column": "id", "function": "modulo", "buckets": 1024},
+        # zone a writes them all (the replication and copy benches' source)
+        "bench_repl_rows": _ALL_IN_A,
+        "bench_copy_rows": _ALL_IN_A,
+        "bench_copy_lag": _ALL_IN_A,
+    },
+}  # fmt: skip
+
+
+def publish_rules(cfg) -> None:
+    """BENCH_RULES as the newest rules version of the bench's meta store (idempotent enough:
+    a bench that runs again publishes the same rules once more)."""
+    from zonesync.meta.store import MetaStore
+    from zonesync.rules import parse
+
+    store = MetaStore(dev_env.meta_config(cfg))
+    current = store.rules_at()
+    rules = parse(BENCH_RULES, "bench rules")
+    if current is None or current[1].to_doc() != rules.to_doc():
+        store.publish_rules(rules, "bench: the benches' tables")
+
+
 class BenchEnv:
     """Zones and broker on free ports in a temp dir (no Airflow), torn down on exit."""
 
@@ -49,6 +83,8 @@ class BenchEnv:
 
     def __enter__(self):
         dev_env.up_databases(self.cfg)
+        dev_env.up_meta(self.cfg)
+        publish_rules(self.cfg)  # the first rules version: rows written with no version are judged by it
         dev_env.up_broker(self.cfg)
         dev_env.load_sample_schema(self.cfg)
         self.instances = {i.name.removeprefix("zone-"): i for i in dev_env.instances(self.cfg)}

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 
-from bench.harness import BenchEnv, Row, settle
+from bench.harness import BenchEnv, Row, publish_rules, settle
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.dev import env as dev_env
 from zonesync.dev import mariadb, procs
@@ -373,6 +373,7 @@ def _atomic(env: BenchEnv, a, b, native_bulk: float) -> Row:
 def run(env: BenchEnv) -> list[Row]:
     dev_env.up_meta(env.cfg)
     dev_env.up_zone_bookkeeping(env.cfg)
+    publish_rules(env.cfg)  # its tables declared: the appliers check every event's owner
     a, b = env.instances["a"], env.instances["b"]
     for inst in (a, b):
         _exec(inst, "SET SESSION sql_log_bin = 0", DDL, "TRUNCATE zonesync_app.bench_repl_rows")

@@ -141,3 +141,27 @@ def test_event_trust_runs_the_owners_check():
     trust = EventTrust(now_us=lambda: NOW, owners=_history((NOW - 5 * H, _rules(4))))
     with pytest.raises(EventError, match="zone a did not own"):
         trust.check([_row(7)], "a", 0)
+
+
+def test_the_cached_window_gives_the_versions_in_force_for_any_order_of_versions():
+    """in_force remembers the last window; whatever order events' versions come in, it
+    answers as a fresh search over the publication times would."""
+    import random
+
+    from zonesync.apply.loop.owner_history import OwnerHistory
+
+    rng = random.Random(7)
+    skew = 10
+    owners = OwnerHistory(skew / 1e6)
+    starts = sorted(rng.sample(range(0, 400), 12))
+    owners.add([(i + 1, at / 1e6, _rules(i % 9)) for i, at in enumerate(starts)])
+
+    def expected(at):  # every version whose [start, next start) meets [at - skew, at + skew]
+        ends = [*starts[1:], float("inf")]
+        found = [i for i, (s, e) in enumerate(zip(starts, ends, strict=True)) if s <= at + skew and e > at - skew]
+        return found or [0]
+
+    for at in [rng.randrange(-50, 450) for _ in range(3000)]:
+        got = owners.in_force(at)
+        want = tuple(dict.fromkeys(owners._indexes[i] for i in expected(at)))
+        assert got == want, (at, starts)
