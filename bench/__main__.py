@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import consistency, foundation, full_copy, guard, replication, switch
+from bench import consistency, foundation, full_copy, guard, replication, switch, tagging
 from bench.harness import BenchEnv, print_table
 
 SUITES = {
@@ -18,6 +18,7 @@ SUITES = {
     "switch": switch.run,
     "copy": full_copy.run,
     "check": consistency.run,
+    "tag": tagging.run,
 }
 
 

@@ -1,6 +1,6 @@
 """The `zonesync` command: the parser, and the one place errors become exit codes.
 
-One module per command group (dev, meta, rules, guards, workers, replication, binlog,
+One module per command group (dev, meta, rules, tags, guards, workers, replication, binlog,
 locks, switch), each with a `register(sub)`; what they share is in common.py, and none
 imports another. `python -m zonesync.cli` (__main__.py) is how workers are spawned.
 
@@ -13,11 +13,25 @@ from __future__ import annotations
 import argparse
 
 from zonesync import config
-from zonesync.cli import binlog, check, copy, dev, guards, locks, meta, replication, rules, switch, workers, zones
+from zonesync.cli import (
+    binlog,
+    check,
+    copy,
+    dev,
+    guards,
+    locks,
+    meta,
+    replication,
+    rules,
+    switch,
+    tags,
+    workers,
+    zones,
+)
 from zonesync.cli.common import fail
 
 # in the order `zonesync --help` lists them
-GROUPS = (dev, meta, rules, guards, workers, replication, binlog, locks, switch, copy, check, zones)
+GROUPS = (dev, meta, rules, tags, guards, workers, replication, binlog, locks, switch, copy, check, zones)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,9 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         return fail(str(exc))
     except ValueError as exc:  # RuleSetError, RuleCheckError, UserFileError: already one line naming the field
         from zonesync.rules import RuleCheckError, RuleSetError
+        from zonesync.tagging.rules import TagRulesError
         from zonesync.user_files import UserFileError
 
-        if isinstance(exc, (RuleSetError, RuleCheckError, UserFileError)):
+        if isinstance(exc, (RuleSetError, RuleCheckError, TagRulesError, UserFileError)):
             return fail(str(exc))
         raise
     except KeyboardInterrupt:

@@ -215,6 +215,40 @@ class MetaStore:
         finally:
             conn.close()
 
+    # -- tag rules (zonesync/tagging) ----------------------------------------
+    def publish_tags(self, tags, reason: str, author: str | None = None) -> int:
+        """Store checked tag rules (tagging.rules.TagRules) as the next version (kind 'tags')."""
+        if not reason or not reason.strip():
+            raise MetaError("a reason is required for every tag rules change: pass --reason '...'")
+        author = author or default_actor()
+        with self._next_version() as (cur, version, _):
+            doc = json.dumps(tags.to_doc(), sort_keys=True)
+            cur.execute(
+                "INSERT INTO versions (version, kind, author, reason, rule_set) VALUES (%s, 'tags', %s, %s, %s)",
+                (version, author, reason, doc),
+            )
+            audit(cur, author, "tags.publish", {"reason": reason}, version)
+        return version
+
+    def tags_at(self, version: int | None = None):
+        """(version, TagRules) of the newest tag rules <= `version` (default: newest), or None."""
+        from zonesync.tagging.rules import parse as parse_tags
+
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT version, rule_set FROM versions WHERE kind = 'tags' AND version <= %s "
+                    "ORDER BY version DESC LIMIT 1",
+                    (version if version is not None else 2**62,),
+                )
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        if row is None:
+            return None
+        return int(row[0]), parse_tags(json.loads(row[1]), f"tag rules version {row[0]}")
+
     # -- locating entities ---------------------------------------------------
     def publish_entities(self, changes: list[dict], reason: str, author: str | None = None) -> int:
         """Upsert entities (le_type, le_id, unit_zone, stop_write) as one new version."""
