@@ -165,3 +165,38 @@ def test_the_cached_window_gives_the_versions_in_force_for_any_order_of_versions
         got = owners.in_force(at)
         want = tuple(dict.fromkeys(owners._indexes[i] for i in expected(at)))
         assert got == want, (at, starts)
+
+
+def test_the_integer_fast_path_answers_as_the_general_one():
+    """check()'s precomputed test per (table, zone) never lets through what the general
+    path (the ZSID built and looked up in each version) refuses, and the reverse."""
+    import random
+
+    from zonesync.apply.loop import owner_history
+    from zonesync.rules import parse
+
+    rng = random.Random(9)
+    for _ in range(60):
+        cut = rng.randint(0, 8)
+        ranges = sorted(rng.sample(range(0, 60), 6))
+        doc = {"zsid_space": {"min": 0, "max": 9},
+               "rules": [{"zsids": f"0-{cut}", "zone": "a"}, {"zsids": f"{cut + 1}-9", "zone": "b"}],
+               "tables": {"m": {"column": "k", "function": "modulo", "buckets": rng.randint(1, 10)},
+                          "r": {"column": "k", "function": "range",
+                                "ranges": [{"lo": ranges[i], "hi": ranges[i + 1], "zsid": rng.randint(0, 9)}
+                                           for i in range(0, 6, 2)]}}}  # fmt: skip
+        rules = parse(doc)
+        owners = owner_history.OwnerHistory(3600)
+        owners.add([(1, (NOW - H) / 1e6, rules)])
+        for table in ("m", "r"):
+            for zone in ("a", "b"):
+                for k in range(-5, 70):
+                    event = _event(table=table, source_zone=zone, pk={"k": k}, new={"k": k})[0]
+                    specs = ((owners._indexes[0], rules.tables[table]),)
+                    general = owner_history._owned(zone, specs, {"k": k})
+                    try:
+                        owners.check(event)
+                        fast = True
+                    except EventError:
+                        fast = False
+                    assert fast == general, (doc, table, zone, k)
