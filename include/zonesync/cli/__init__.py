@@ -1,6 +1,6 @@
 """The `zonesync` command: the parser, and the one place errors become exit codes.
 
-One module per command group (dev, meta, rules, tags, guards, workers, replication, binlog,
+One module per command group (dev, meta, rules, tags, entity, guards, workers, replication, binlog,
 locks, switch), each with a `register(sub)`; what they share is in common.py, and none
 imports another. `python -m zonesync.cli` (__main__.py) is how workers are spawned.
 
@@ -18,6 +18,7 @@ from zonesync.cli import (
     check,
     copy,
     dev,
+    entity,
     guards,
     locks,
     meta,
@@ -31,7 +32,7 @@ from zonesync.cli import (
 from zonesync.cli.common import fail
 
 # in the order `zonesync --help` lists them
-GROUPS = (dev, meta, rules, tags, guards, workers, replication, binlog, locks, switch, copy, check, zones)
+GROUPS = (dev, meta, rules, tags, entity, guards, workers, replication, binlog, locks, switch, copy, check, zones)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,146 @@
+"""The entity registry in Global Meta (seed 004 §4: Biz Entity, Locating Entity).
+
+A biz entity (a tenant: the smallest unit an admin migrates) owns locating entities (the
+tenant itself, each chat or project of it). Each has a home unit (zone), a status and the
+version that last changed it; every change is one new version of the meta store, audited
+(the guards, which follow the head version, see it at once). Sub-entities (rows and keys
+that follow a locating entity) are the tag rules' business (zonesync/tagging).
+
+The guard enforces a registered locating entity's unit and stop-write flag
+(dal/state.py); routing.py answers "where is it" for applications and the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zonesync.meta.db import MetaError
+from zonesync.meta.store import MetaStore, audit, default_actor
+from zonesync.sql_names import is_ident
+
+STATUSES = ("ACTIVE", "MIGRATING", "SYNCING", "STOP_WRITE")
+MAX_ID = 128  # characters of an entity id (locating_entities.le_id)
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A registered locating entity, with the biz entity it belongs to (if any)."""
+
+    le_type: str
+    le_id: str
+    zone: str
+    status: str
+    stop_write: bool
+    version: int
+    be_type: str | None
+    be_id: str | None
+
+
+@dataclass(frozen=True)
+class BizEntity:
+    be_type: str
+    be_id: str
+    zone: str
+    status: str
+    version: int
+
+
+def check_ref(kind: str, type_: str, id_: str, where: str) -> None:
+    """A type must be a plain name, an id non-empty text of at most MAX_ID characters."""
+    if not is_ident(type_) or len(type_) > 32:
+        raise MetaError(f"{where}: {kind} type {type_!r} must be a plain name (letters, digits, _; at most 32)")
+    if not isinstance(id_, str) or not id_ or len(id_) > MAX_ID or not id_.isprintable():
+        raise MetaError(f"{where}: {kind} id {id_!r} must be printable text of 1 to {MAX_ID} characters")
+
+
+class EntityRegistry(MetaStore):
+    _LE_COLUMNS = (
+        "SELECT e.le_type, e.le_id, z.name, e.status, e.stop_write, e.version, e.be_type, e.be_id "
+        "FROM locating_entities e JOIN zones z ON z.zone_id = e.unit_zone"
+    )
+
+    def register_biz(self, be_type: str, be_id: str, zone: str, les: list[tuple[str, str]], reason: str,
+                     status: str = "ACTIVE", author: str | None = None) -> int:  # fmt: skip
+        """The biz entity (be_type, be_id) in `zone` with its locating entities `les`, as one
+        new version. A locating entity another biz entity owns is refused (moving it between
+        owners is a migration's work); `zone` must be a known zone."""
+        check_ref("biz entity", be_type, be_id, "register")
+        for le_type, le_id in les:
+            check_ref("locating entity", le_type, le_id, "register")
+        if status not in STATUSES:
+            raise MetaError(f"register: status {status!r} is not one of {', '.join(STATUSES)}")
+        if not reason or not reason.strip():
+            raise MetaError("a reason is required for every entity change: pass --reason '...'")
+        author = author or default_actor()
+        with self._next_version() as (cur, version, zone_ids):
+            if zone not in zone_ids:
+                raise MetaError(f"register: unknown zone {zone!r} (zones: {', '.join(sorted(zone_ids))})")
+            for le_type, le_id in les:
+                cur.execute(
+                    "SELECT be_type, be_id FROM locating_entities WHERE le_type = %s AND le_id = %s FOR UPDATE",
+                    (le_type, le_id),
+                )
+                row = cur.fetchone()
+                if row and row[0] is not None and (row[0], row[1]) != (be_type, be_id):
+                    raise MetaError(f"register: {le_type} {le_id} belongs to {row[0]} {row[1]}: a locating entity "
+                                    "has one biz entity (move it with a migration)")  # fmt: skip
+            cur.execute(
+                "INSERT INTO versions (version, kind, author, reason) VALUES (%s, 'entities', %s, %s)",
+                (version, author, reason),
+            )
+            cur.execute(
+                "INSERT INTO biz_entities (be_type, be_id, unit_zone, status, version) VALUES (%s, %s, %s, %s, %s) "
+                "ON DUPLICATE KEY UPDATE unit_zone = VALUES(unit_zone), status = VALUES(status), "
+                "version = VALUES(version)",
+                (be_type, be_id, zone_ids[zone], status, version),
+            )
+            cur.executemany(
+                "INSERT INTO locating_entities (le_type, le_id, unit_zone, status, stop_write, version, be_type, "
+                "be_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE unit_zone = VALUES(unit_zone), "
+                "status = VALUES(status), stop_write = VALUES(stop_write), version = VALUES(version), "
+                "be_type = VALUES(be_type), be_id = VALUES(be_id)",
+                [(t, i, zone_ids[zone], status, int(status == "STOP_WRITE"), version, be_type, be_id) for t, i in les],
+            )
+            audit(cur, author, "entities.register",
+                  {"reason": reason, "biz": [be_type, be_id], "zone": zone, "status": status,
+                   "locating": [list(le) for le in les]}, version)  # fmt: skip
+        return version
+
+    def locate(self, le_type: str, le_id: str) -> Registered | None:
+        rows = self._select(f"{self._LE_COLUMNS} WHERE e.le_type = %s AND e.le_id = %s", (le_type, le_id))
+        return rows[0] if rows else None
+
+    def biz(self, be_type: str, be_id: str) -> tuple[BizEntity, list[Registered]] | None:
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT b.be_type, b.be_id, z.name, b.status, b.version FROM biz_entities b "
+                    "JOIN zones z ON z.zone_id = b.unit_zone WHERE b.be_type = %s AND b.be_id = %s",
+                    (be_type, be_id),
+                )
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        if row is None:
+            return None
+        les = self._select(f"{self._LE_COLUMNS} WHERE e.be_type = %s AND e.be_id = %s ORDER BY e.le_type, e.le_id",
+                           (be_type, be_id))  # fmt: skip
+        return BizEntity(row[0], row[1], row[2], row[3], int(row[4])), les
+
+    def listed(self, le_type: str | None = None, zone: str | None = None, limit: int = 1000) -> list[Registered]:
+        sql, args = f"{self._LE_COLUMNS} WHERE 1 = 1", []
+        if le_type:
+            sql, args = sql + " AND e.le_type = %s", [*args, le_type]
+        if zone:
+            sql, args = sql + " AND z.name = %s", [*args, zone]
+        return self._select(sql + " ORDER BY e.le_type, e.le_id LIMIT %s", (*args, limit))
+
+    def _select(self, sql: str, args) -> list[Registered]:
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                return [Registered(t, i, z, st, bool(sw), int(v), bt, bi) for t, i, z, st, sw, v, bt, bi in cur]
+        finally:
+            conn.close()
