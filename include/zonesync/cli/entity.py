@@ -1,4 +1,5 @@
-"""`zonesync entity where | show | list | register`: the entity registry (docs/entities.md)."""
+"""`zonesync entity where | show | list | rows | register`: the entity registry (docs/entities.md)
+and an entity's rows in a zone's tag store (docs/tagging.md)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,27 @@ def cmd_entity_list(args) -> int:
     return 0
 
 
+def cmd_entity_rows(args) -> int:
+    """Every row of the entity that zone ZONE's tag store knows: per-table counts, then keys."""
+    import pymysql
+
+    from zonesync.runtime.endpoints import zone_endpoint
+    from zonesync.tagging.tag_store import TagStore
+
+    ep = zone_endpoint(args.zone)
+    store = TagStore(lambda: pymysql.connect(host=ep.host, port=ep.port, user=ep.user, password=ep.password,
+                                             database=ep.database), ep.database)  # fmt: skip
+    rows = store.rows_of(args.type, args.id, args.limit)
+    total = sum(len(v) for v in rows.values())
+    print(f"{args.type} {args.id} in zone {args.zone}'s tag store: {total} row(s)"
+          + (f" ({', '.join(f'{t} {len(v)}' for t, v in rows.items())})" if rows else ""))  # fmt: skip
+    if args.keys:
+        for table, keys in rows.items():
+            for key in keys:
+                print(f"  {table} {key}")
+    return 0
+
+
 def cmd_entity_register(args) -> int:
     from zonesync.meta.entities import EntityRegistry
 
@@ -87,6 +109,13 @@ def register(sub) -> None:
     lst.add_argument("--zone")
     lst.add_argument("--limit", type=int, default=1000)
     lst.set_defaults(func=cmd_entity_list)
+    rows = esub.add_parser("rows", help="the rows of an entity in a zone's tag store (per-table counts)")
+    rows.add_argument("type")
+    rows.add_argument("id")
+    rows.add_argument("--zone", required=True)
+    rows.add_argument("--keys", action="store_true", help="list each row's unique-key values too")
+    rows.add_argument("--limit", type=int, default=100_000)
+    rows.set_defaults(func=cmd_entity_rows)
     reg = esub.add_parser("register", help="register a biz entity and its locating entities in a zone")
     reg.add_argument("type", help="the biz entity's type, e.g. tenant")
     reg.add_argument("id")

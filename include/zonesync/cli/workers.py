@@ -1,4 +1,4 @@
-"""`zonesync replicate | apply`: a zone's long-running workers, in the foreground."""
+"""`zonesync replicate | apply | tag`: a zone's long-running workers, in the foreground."""
 
 from __future__ import annotations
 
@@ -23,11 +23,20 @@ def cmd_apply(args) -> int:
     return workers.run_forever(applier)
 
 
+def cmd_tag(args) -> int:
+    from zonesync.runtime import workers
+
+    return workers.run_forever(workers.build_tagger(args.zone))
+
+
 def register(sub) -> None:
     rep = sub.add_parser("replicate", help="run the replicator of a zone (binlog -> Kafka) in the foreground")
     rep.add_argument("--zone", required=True)
     rep.add_argument("--server-id", type=int, help="binlog reader server_id (default 4000 + zone id)")
     rep.set_defaults(func=cmd_replicate)
+    tag = sub.add_parser("tag", help="run the tagger of a zone (every zone's changes -> its tag store)")
+    tag.add_argument("--zone", required=True)
+    tag.set_defaults(func=cmd_tag)
     app = sub.add_parser("apply", help="run the applier of a zone (Kafka -> zone) in the foreground")
     app.add_argument("--zone", required=True)
     app.add_argument("--workers", type=int, default=4, help="parallel apply connections")

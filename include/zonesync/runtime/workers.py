@@ -113,6 +113,24 @@ def build_applier(
     )
 
 
+def build_tagger(zone: str, env: dict | None = None):
+    """The tagger of `zone` (tagging/tagger.py): every zone's topic into its tag store, with
+    the zone's applier account (its bookkeeping schema)."""
+    import pymysql
+
+    from zonesync.tagging.tagger import Tagger
+
+    ep = zone_endpoint(zone, env)
+    cfg = config.load(env)
+
+    def connect():
+        return pymysql.connect(host=ep.host, port=ep.port, user=ep.user, password=ep.password,
+                               database=ep.database, autocommit=False)  # fmt: skip
+
+    return Tagger(zone, [z.name for z in cfg.zones], connect, ep.database, MetaConfig.from_env(env),
+                  transport.partitions(env))  # fmt: skip
+
+
 def run_forever(worker) -> int:
     """Run a worker in the foreground; SIGTERM/SIGINT stop it cleanly."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

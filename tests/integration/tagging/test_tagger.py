@@ -1,0 +1,145 @@
+"""The tagger (tagging/tagger.py; seed 004 S004-04, S004-05, S004-10): every zone's
+changes into one zone's tag store, under replication and guarded writes in every zone.
+
+Zone b's tagger follows a, b and c. Each registered row gets one tag naming its entity;
+an update that moves a row to another entity moves its tag; a delete marks it deleted;
+rows that share unique-key values (NULLs in a unique key) share one tag; a tagger
+stopped and started again, or one that lost its state and reads every topic again from
+the start, ends with exactly the same tags."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.background import wait_until
+from tests.support.replication import ZONES
+from zonesync.meta.store import MetaStore
+from zonesync.tagging.rules import parse
+from zonesync.tagging.tag_store import TagStore, changes_of
+from zonesync.tagging.tagger import Tagger, topic_ends
+
+pytestmark = pytest.mark.integration
+
+RULES = {"mysql": [
+    {"repo": "zonesync_app", "table": "tenants", "index_keys": ["tenant_id"],
+     "entity": {"type": "tenant", "field": "tenant_id"}},
+    {"repo": "zonesync_app", "table": "orders", "index_keys": ["order_id"],
+     "entity": {"type": "tenant", "field": "tenant_id"}},
+]}  # fmt: skip
+# tenants each zone owns (ZSID = tenant_id mod 1024: a 0-399, b 400-799, c 800-1023)
+OWN = {"a": 7, "b": 407, "c": 807}
+
+
+def _tags(inst) -> list[tuple]:
+    with inst.connect().cursor() as cur:
+        cur.execute("SELECT table_name, idx_data, entity_type, entity_id, deleted FROM zonesync.tags "
+                    "WHERE repo = 'zonesync_app' ORDER BY table_name, idx_data")  # fmt: skip
+        return list(cur.fetchall())
+
+
+def _reset(inst) -> None:
+    with inst.connect().cursor() as cur:
+        cur.execute("DELETE FROM zonesync.tags")
+        cur.execute("DELETE FROM zonesync.tag_state")
+
+
+class Taggers:
+    """Zone b's taggers of a test, each a thread of the cluster."""
+
+    def __init__(self, cluster, inst, meta):
+        self.cluster, self.inst, self.meta, self.running = cluster, inst, meta, []
+
+    def start(self) -> Tagger:
+        inst = self.inst
+        t = Tagger("b", list(ZONES), lambda: inst.connect("zonesync_app"), "zonesync_app",
+                   self.meta, self.cluster.partitions, bootstrap=self.cluster.bootstrap,
+                   topic_of=self.cluster.topic)  # fmt: skip
+        self.cluster._run(f"tagger-b-{len(self.running)}", t)
+        self.running.append(t)
+        return t
+
+    def stop(self) -> None:
+        for t in self.running:
+            t.stop()
+        wait_until(lambda: not any(th.is_alive() for n, th in self.cluster.threads.items() if n.startswith("tagger")),
+                   20, "the taggers stopped")  # fmt: skip
+
+    def caught_up(self, store) -> bool:
+        return store.caught_up(topic_ends(self.cluster.bootstrap(), self.cluster.topic, list(ZONES),
+                                          self.cluster.partitions))  # fmt: skip
+
+
+@pytest.fixture
+def taggers(cluster, zones, meta):
+    MetaStore(meta).publish_tags(parse(RULES), "test: tenants and orders")
+    _reset(zones["b"])
+    t = Taggers(cluster, zones["b"], meta)
+    yield t
+    t.stop()
+    _reset(zones["b"])
+
+
+def _write(guard_env) -> None:
+    for zone, tenant in OWN.items():
+        guard = guard_env(zone)
+        with guard.transaction() as tx:
+            tx.insert("tenants", {"tenant_id": tenant, "name": f"t{tenant}"})
+            for n in range(3):
+                tx.insert("orders", {"order_id": tenant * 10 + n, "tenant_id": tenant, "amount": 1})
+
+
+def test_every_zones_rows_are_tagged_moved_and_deleted_and_a_restart_changes_nothing(taggers, guard_env, zones):
+    tagger = taggers.start()
+    _write(guard_env)
+    store = TagStore(lambda: zones["b"].connect("zonesync_app"), "zonesync_app")
+    wait_until(lambda: sum(len(v) for v in store.rows_of("tenant", "807").values()) == 4, 30, "c's rows tagged in b")
+    assert store.rows_of("tenant", "7") == {"orders": ["[70]", "[71]", "[72]"], "tenants": ["[7]"]}
+    assert {len(store.rows_of("tenant", str(t)).get("orders", [])) for t in OWN.values()} == {3}
+
+    a = guard_env("a")
+    with a.transaction() as tx:
+        tx.update("orders", {"order_id": 71}, {"tenant_id": 8})  # moves to tenant 8 (still a's ZSID)
+        tx.delete("orders", {"order_id": 72})
+    wait_until(lambda: store.rows_of("tenant", "7").get("orders") == ["[70]"], 30, "the move and the delete tagged")
+    assert store.rows_of("tenant", "8") == {"orders": ["[71]"]}
+    rows = {r[1]: r for r in _tags(zones["b"]) if r[0] == "orders"}
+    assert rows["[72]"][4] == 1 and rows["[71]"][3] == "8"  # a deleted tag is marked, not gone
+    assert tagger.untaggable == 0
+
+    # stopped and started again: it goes on from tag_state
+    wait_until(lambda: taggers.caught_up(store), 30, "tagged up to the topics' ends")
+    before = _tags(zones["b"])
+    taggers.stop()
+    taggers.start()
+    with a.transaction() as tx:
+        tx.insert("orders", {"order_id": 99, "tenant_id": 7, "amount": 2})
+    wait_until(lambda: "[99]" in store.rows_of("tenant", "7").get("orders", []), 30, "the restarted tagger tags")
+    assert [r for r in _tags(zones["b"]) if r[1] != "[99]"] == before
+    wait_until(lambda: taggers.caught_up(store), 30, "tagged up to the topics' ends")
+    expected = _tags(zones["b"])
+
+    # its positions lost: every event read a second time leaves the very same tags
+    taggers.stop()
+    with zones["b"].connect().cursor() as cur:
+        cur.execute("DELETE FROM zonesync.tag_state")
+    taggers.start()
+    wait_until(lambda: taggers.caught_up(store), 30, "every topic read again")
+    assert _tags(zones["b"]) == expected
+    # and the whole store lost: the same again from the topics alone
+    taggers.stop()
+    _reset(zones["b"])
+    taggers.start()
+    wait_until(lambda: taggers.caught_up(store), 30, "every topic read again")
+    assert _tags(zones["b"]) == expected
+
+
+def test_rows_sharing_unique_key_values_share_one_tag():
+    """S004-10: five rows whose unique key is (1, NULL) are one tag, fetched once."""
+    from zonesync.events import ChangeEvent
+
+    rules = parse({"mysql": [{"repo": "app", "table": "pairs", "index_keys": ["a", "b"],
+                              "entity": {"type": "tenant", "field": "t"}}]})  # fmt: skip
+    events = [ChangeEvent(i + 1, i, "a", 1, "pairs", {"id": i}, "insert", None, {"id": i, "a": 1, "b": None, "t": 5},
+                          10 + i, "x", 0, 1, 0, 0) for i in range(5)]  # fmt: skip
+    changes, untaggable = changes_of(events, rules, "app")
+    assert {c.idx_data for c in changes} == {"[1,null]"} and untaggable == 0
