@@ -106,7 +106,7 @@ def test_each_worker_reaches_its_zone_under_its_roles_account_and_nothing_more()
     reaches the zones as zs_batch; only the meta-migrate one-shot is zs_admin."""
     services = _services()
     for zone in "abc":
-        for kind, role in (("replicator", "zs_replicator"), ("applier", "zs_applier")):
+        for kind, role in (("replicator", "zs_replicator"), ("applier", "zs_applier"), ("tagger", "zs_applier")):
             env = services[f"{kind}-{zone}"]["environment"]
             urls = {k: v for k, v in env.items() if k.endswith("_URL")}
             assert set(urls) == {f"ZONESYNC_ZONE_{zone.upper()}_URL", "ZONESYNC_META_URL"}, (kind, zone, urls)
@@ -154,7 +154,7 @@ def test_kafka_authenticates_every_client_and_each_worker_is_its_own_principal()
     assert kafka["KAFKA_AUTHORIZER_CLASS_NAME"].endswith("StandardAuthorizer")
     init = services["kafka-init"]["command"][0]
     for zone in "abc":
-        for kind in ("replicator", "applier"):
+        for kind in ("replicator", "applier", "tagger"):
             env = services[f"{kind}-{zone}"]["environment"]
             assert env["ZONESYNC_KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
             assert env["ZONESYNC_KAFKA_USERNAME"] == f"{kind}-{zone}"
