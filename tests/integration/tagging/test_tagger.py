@@ -143,3 +143,71 @@ def test_rows_sharing_unique_key_values_share_one_tag():
                           10 + i, "x", 0, 1, 0, 0) for i in range(5)]  # fmt: skip
     changes, untaggable = changes_of(events, rules, "app")
     assert {c.idx_data for c in changes} == {"[1,null]"} and untaggable == 0
+
+
+def _live_tags(inst, table: str) -> dict[str, str]:
+    with inst.connect().cursor() as cur:
+        cur.execute("SELECT idx_data, entity_id FROM zonesync.tags WHERE repo = 'zonesync_app' AND table_name = %s "
+                    "AND deleted = 0", (table,))  # fmt: skip
+        return dict(cur.fetchall())
+
+
+def _rows(inst) -> dict[str, str]:
+    with inst.connect("zonesync_app").cursor() as cur:
+        cur.execute("SELECT order_id, tenant_id FROM orders")
+        return {f"[{o}]": str(t) for o, t in cur.fetchall()}
+
+
+def test_a_tagger_killed_mid_load_converges_with_no_lost_or_extra_tag(taggers, guard_env, zones, cluster, tmp_path):
+    """kill -9 of b's tagger (its own process) three times while zone a inserts, moves and
+    deletes orders through its guard: once it catches up, b's live tags are exactly b's
+    rows (each order tagged with its tenant), none lost, none extra."""
+    import os
+    import random
+    import signal
+    import threading
+    import time
+
+    from tests.support import tagger_process
+    from tests.support.replication import wait_converged
+
+    guard, rng, stop = guard_env("a"), random.Random(4), threading.Event()
+    done = {"writes": 0}
+
+    def load():
+        next_id, live = 1000, []
+        while not stop.is_set():
+            with guard.transaction() as tx:
+                for _ in range(5):
+                    tx.insert("orders", {"order_id": next_id, "tenant_id": rng.randrange(400), "amount": 1})
+                    live.append(next_id)
+                    next_id += 1
+                if len(live) > 100:
+                    tx.update("orders", {"order_id": rng.choice(live[:-50])}, {"tenant_id": rng.randrange(400)})
+                    tx.delete("orders", {"order_id": live.pop(rng.randrange(len(live) - 50))})
+            done["writes"] += 1
+
+    log = tmp_path / "tagger.log"
+    child = tagger_process.spawn(cluster, "b", log)
+    writer = threading.Thread(target=load, daemon=True)
+    writer.start()
+    try:
+        for _ in range(3):
+            time.sleep(rng.uniform(1.0, 2.5))
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(10)
+            child = tagger_process.spawn(cluster, "b", log)
+        time.sleep(1)
+    finally:
+        stop.set()
+        writer.join(30)
+    store = TagStore(lambda: zones["b"].connect("zonesync_app"), "zonesync_app")
+    try:
+        wait_converged(zones, ("orders",), timeout=60)
+        wait_until(lambda: taggers.caught_up(store), 60, "the last tagger caught up")
+        assert done["writes"] > 50
+        rows = _rows(zones["b"])
+        assert _live_tags(zones["b"], "orders") == rows, log.read_text()[-3000:]
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.wait(20)

@@ -1,0 +1,50 @@
+"""A tagger of one of a Cluster's zones in its own process, for kill -9 tests.
+
+    python -m tests.support.tagger_process ZONE DB_PORT PARTITIONS TOPIC_PREFIX BROKER_FILE
+(meta from ZONESYNC_META_URL; sources are every zone of tests.support.replication).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def spawn(cluster, zone: str, log_path: Path) -> subprocess.Popen:
+    from tests.support.rules import meta_url
+
+    argv = [sys.executable, "-m", "tests.support.tagger_process", zone, str(cluster.zones[zone].port),
+            str(cluster.partitions), cluster.prefix, str(cluster.broker_file)]  # fmt: skip
+    env = {**os.environ, "ZONESYNC_META_URL": meta_url(cluster.meta)}
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+if __name__ == "__main__":
+    import pymysql
+
+    from tests.support.replication import ZONES
+    from zonesync.dev import broker as broker_mod
+    from zonesync.meta.db import MetaConfig
+    from zonesync.tagging.tagger import Tagger
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s child %(name)s: %(message)s")
+    zone, port, partitions, prefix, broker_file = sys.argv[1:6]
+    tagger = Tagger(
+        zone,
+        list(ZONES),
+        lambda: pymysql.connect(host="127.0.0.1", port=int(port), user="root", password="", database="zonesync_app"),
+        "zonesync_app",
+        MetaConfig.from_env(),
+        int(partitions),
+        bootstrap=lambda: broker_mod.read_info(Path(broker_file))["bootstrap"],
+        topic_of=lambda z: f"{prefix}.zonesync.{z}.changes",
+    )
+    signal.signal(signal.SIGTERM, lambda *_: tagger.stop())
+    tagger.run()
