@@ -21,9 +21,11 @@ GRANT SELECT ON `zonesync_app`.* TO 'zs_replicator'@'%';
 -- The applier: rows of the application schema and its own bookkeeping schema
 -- (apply_state, tombstones, row locks, copy state). Its writes carry the binlog's
 -- skip_replication flag, which MariaDB lets any session set (no privilege needed).
+-- The zone's tagger runs as this account too: the tag store is bookkeeping, staged
+-- through a temporary table (CREATE TEMPORARY TABLES).
 CREATE USER IF NOT EXISTS 'zs_applier'@'%' ACCOUNT LOCK;
 GRANT SELECT, INSERT, UPDATE, DELETE ON `zonesync_app`.* TO 'zs_applier'@'%';
-GRANT SELECT, INSERT, UPDATE, DELETE ON `zonesync`.* TO 'zs_applier'@'%';
+GRANT SELECT, INSERT, UPDATE, DELETE, CREATE TEMPORARY TABLES ON `zonesync`.* TO 'zs_applier'@'%';
 
 -- The application, through the guard (zonesync.dal): its own rows (and the tombstones
 -- its deletes leave: roles-zone.sql, as a table grant needs the table).

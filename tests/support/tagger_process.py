@@ -27,11 +27,10 @@ def spawn(cluster, zone: str, log_path: Path) -> subprocess.Popen:
 
 
 if __name__ == "__main__":
-    import pymysql
-
     from tests.support.replication import ZONES
     from zonesync.dev import broker as broker_mod
     from zonesync.meta.db import MetaConfig
+    from zonesync.tagging.tag_store import load_connection
     from zonesync.tagging.tagger import Tagger
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s child %(name)s: %(message)s")
@@ -39,7 +38,7 @@ if __name__ == "__main__":
     tagger = Tagger(
         zone,
         list(ZONES),
-        lambda: pymysql.connect(host="127.0.0.1", port=int(port), user="root", password="", database="zonesync_app"),
+        lambda: load_connection("127.0.0.1", int(port), "root", "", "zonesync_app"),
         "zonesync_app",
         MetaConfig.from_env(),
         int(partitions),

@@ -116,16 +116,14 @@ def build_applier(
 def build_tagger(zone: str, env: dict | None = None):
     """The tagger of `zone` (tagging/tagger.py): every zone's topic into its tag store, with
     the zone's applier account (its bookkeeping schema)."""
-    import pymysql
-
+    from zonesync.tagging.tag_store import load_connection
     from zonesync.tagging.tagger import Tagger
 
     ep = zone_endpoint(zone, env)
     cfg = config.load(env)
 
     def connect():
-        return pymysql.connect(host=ep.host, port=ep.port, user=ep.user, password=ep.password,
-                               database=ep.database, autocommit=False)  # fmt: skip
+        return load_connection(ep.host, ep.port, ep.user, ep.password, ep.database)
 
     return Tagger(zone, [z.name for z in cfg.zones], connect, ep.database, MetaConfig.from_env(env),
                   transport.partitions(env))  # fmt: skip

@@ -68,6 +68,10 @@ class TagRules:
     def mysql_rule(self, repo: str, table: str) -> MysqlRule | None:
         return next((r for r in self.mysql if (r.repo, r.table) == (repo, table)), None)
 
+    def by_table(self, repo: str) -> dict[str, MysqlRule]:
+        """The tagged tables of `repo` (an entity field: forward-rule tables get no tag)."""
+        return {r.table: r for r in self.mysql if r.repo == repo and not r.forward_table}
+
     def trees(self) -> dict[str, PatternTree]:
         """One radix tree per KV repo."""
         return {repo: PatternTree(patterns) for repo, patterns in self.kv_repos.items()}

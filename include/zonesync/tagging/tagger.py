@@ -39,7 +39,7 @@ from zonesync.meta.outage import MetaOutage
 from zonesync.meta.store import MetaStore
 from zonesync.runtime import transport
 from zonesync.tagging.rules import TagRules
-from zonesync.tagging.tag_store import TagStore, changes_of
+from zonesync.tagging.tag_store import TagStore, changes_of, newest
 
 log = logging.getLogger("zonesync.tagger")
 
@@ -87,7 +87,7 @@ class Tagger:
         self._read_rules(force=True)
         consumer = self._open()
         conn = self.connect()
-        conn.autocommit(False)  # a batch's tags and positions: one transaction
+        conn.autocommit(False)  # a batch's tags and positions: one transaction (tag_store.load_connection)
         source_of = {self.topic_of(s): s for s in self.sources}
         lsns = {key: lsn for key, (lsn, _) in self.store.positions().items()}
         try:
@@ -110,7 +110,7 @@ class Tagger:
                     positions[key] = (lsns[key], msg.offset())
                 if positions:
                     changes, untaggable = changes_of(events, self.rules, self.repo)
-                    self.store.write(conn, changes, positions)  # step 3
+                    self.store.write(conn, newest(changes), positions)  # step 3
                     self.tagged += len(changes)
                     self.untaggable += untaggable
                 self._read_rules()  # step 4

@@ -3,9 +3,10 @@ loaded as the deployment loads them, are enough for each worker to do its work, 
 refuse what its role never needs.
 
 Zone a's application writes through its guard as zs_app; a's replicator reads the binlog
-as zs_replicator; b's applier writes as zs_applier (with the owners' check on); every one
-of them reaches meta as zs_meta. The rows arrive, nothing halts, and each account is
-refused a statement of another role."""
+as zs_replicator; b's applier writes as zs_applier (with the owners' check on), and so
+does b's tagger (its tag store); every one of them reaches meta as zs_meta. The rows
+arrive, their tags too, nothing halts, and each account is refused a statement of
+another role."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ from zonesync.apply.loop.settings import ApplierSettings
 from zonesync.capture.replicator import Replicator
 from zonesync.capture.source import SourceDB
 from zonesync.dal import Guard, ZoneDB
+from zonesync.meta.store import MetaStore
+from zonesync.tagging.rules import parse as parse_tags
+from zonesync.tagging.tag_store import TagStore, load_connection
+from zonesync.tagging.tagger import Tagger
 
 pytestmark = pytest.mark.integration
 
@@ -47,11 +52,20 @@ def test_each_worker_runs_under_its_own_account(role_accounts, zones, meta, brok
         settings=ApplierSettings(check_owners=True),
     )  # fmt: skip
     cluster.replicators["a"], cluster.appliers["b"] = replicator, applier
+    MetaStore(meta).publish_tags(parse_tags({"mysql": [{"repo": "zonesync_app", "table": "tenants",
+        "index_keys": ["tenant_id"], "entity": {"type": "tenant", "field": "tenant_id"}}]}), "test: roles")  # fmt: skip
+    with b.connect().cursor() as cur:
+        cur.execute("DELETE FROM zonesync.tags")
+        cur.execute("DELETE FROM zonesync.tag_state")
+    tagger = Tagger("b", ["a"], lambda: load_connection("127.0.0.1", b.port, "zs_applier",
+                    roles.password("zs_applier"), "zonesync_app"), "zonesync_app", meta_role, 2,
+                    bootstrap=cluster.bootstrap, topic_of=cluster.topic)  # fmt: skip
     guard = Guard(meta_role, "a", ZoneDB("127.0.0.1", a.port, "zs_app", roles.password("zs_app"), "zonesync_app"))
     try:
         cluster._run("replicator-a", replicator)
         cluster.wait_started()
         cluster._run("applier-b", applier)
+        cluster._run("tagger-b", tagger)
         guard.start()
         with guard.transaction() as tx:
             for tenant in (1, 2, 3):
@@ -62,7 +76,11 @@ def test_each_worker_runs_under_its_own_account(role_accounts, zones, meta, brok
         wait_until(lambda: checksum(b) == checksum(a) and len(checksum(b)) == 2, 30, "b holds a's rows")
         assert {r[1] for r in checksum(b)} == {"t1", "renamed"}
         assert alerts(meta, "b", "partition_halted") == []
+        store = TagStore(lambda: b.connect("zonesync_app"), "zonesync_app")
+        wait_until(lambda: store.rows_of("tenant", "3") == {} and store.rows_of("tenant", "2"), 30, "b's tags")
+        assert tagger.tagged > 0
     finally:
+        tagger.stop()
         guard.close()
         cluster.stop()
         reset_state(zones, meta)
