@@ -13,10 +13,11 @@ data it describes:
 2. Take a batch of messages (at most `batch` events, or what arrived within `wait_s`),
    decode them, and turn them into tag changes by the tag rules in force (pure:
    tag_store.changes_of).
-3. Write the changes and each partition's new position in one zone transaction. A crash
-   before the commit loses nothing (the batch is read again); after it, nothing is read
-   twice; a replay from older offsets (the state lost, say) rewrites the same tags,
-   since each change applies only if not older than the tag.
+3. Write the changes and each partition's new position in one zone transaction, on a
+   writer thread, in the order the batches were taken, while step 2 takes the next
+   (_Writer). A crash before a commit loses nothing (the batch is read again); after it,
+   nothing is read twice; a replay from older offsets (the state lost, say) rewrites
+   the same tags, since each change applies only if not older than the tag.
 4. Once a second: the tag rules read again from meta (a new version applies to events
    from then on; rows written before a rule existed are the backfill's).
 
@@ -28,6 +29,8 @@ one starts from step 1.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -86,8 +89,7 @@ class Tagger:
     def _pass(self, deadline: float | None) -> None:
         self._read_rules(force=True)
         consumer = self._open()
-        conn = self.connect()
-        conn.autocommit(False)  # a batch's tags and positions: one transaction (tag_store.load_connection)
+        writer = _Writer(self.store, self.connect)  # step 3 runs beside steps 2 and 4
         source_of = {self.topic_of(s): s for s in self.sources}
         lsns = {key: lsn for key, (lsn, _) in self.store.positions().items()}
         try:
@@ -110,13 +112,14 @@ class Tagger:
                     positions[key] = (lsns[key], msg.offset())
                 if positions:
                     changes, untaggable = changes_of(events, self.rules, self.repo)
-                    self.store.write(conn, newest(changes), positions)  # step 3
+                    writer.put(newest(changes), positions)
                     self.tagged += len(changes)
                     self.untaggable += untaggable
                 self._read_rules()  # step 4
+            writer.drain()
         finally:
+            writer.close()
             consumer.close()
-            conn.close()
 
     # -- step 4 ---------------------------------------------------------------
     def _read_rules(self, force: bool = False) -> None:
@@ -136,6 +139,53 @@ class Tagger:
     def _alert(self, kind: str, detail: dict) -> None:
         log.error("tagger %s: %s %s", self.zone, kind, detail)
         self.meta_outage.call(alerts.record, self.meta, self.zone, kind, detail, default=False)
+
+
+class _Writer:
+    """Step 3 on a thread of its own: batches are written in the order they were taken,
+    one transaction each, while the loop decodes the next (at most two waiting). A failed
+    write fails the pass at its next put (the batches after it are not written: the next
+    pass reads them again from tag_state)."""
+
+    def __init__(self, store: TagStore, connect):
+        self.store, self.connect = store, connect
+        self.queue: queue.Queue = queue.Queue(maxsize=2)
+        self.failed: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="tagger-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        conn = None
+        try:
+            conn = self.connect()
+            conn.autocommit(False)  # a batch's tags and positions: one transaction (tag_store.load_connection)
+            while (item := self.queue.get()) is not None:
+                if self.failed is None:
+                    self.store.write(conn, *item)
+        except BaseException as exc:  # noqa: BLE001 - reported to the loop, which ends the pass
+            self.failed = exc
+            while self.queue.get() is not None:  # let the loop's puts through until close()
+                pass
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def put(self, changes, positions) -> None:
+        if self.failed is not None:
+            raise self.failed
+        self.queue.put((changes, positions))
+
+    def drain(self) -> None:
+        """Every batch put so far written (a clean stop)."""
+        self.queue.put(None)
+        self.thread.join()
+        if self.failed is not None:
+            raise self.failed
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self.queue.put(None)
+            self.thread.join(30)
 
 
 def topic_ends(bootstrap: str, topic_of, sources: list[str], partitions: int, timeout: float = 10.0) -> dict:
