@@ -107,6 +107,18 @@ def print_table(rows: list[Row]) -> None:
         print(f"  {r.name}: baseline = {r.baseline_name}")
 
 
+def run_sql(inst, *statements: str, db: str | None = None):
+    """Statements on one autocommit connection to `inst`; the last one's rows."""
+    conn = inst.connect(db)
+    try:
+        with conn.cursor() as cur:
+            for st in statements:
+                cur.execute(st)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
 def _exec_one(inst, sql: str):
     conn = inst.connect()
     try:

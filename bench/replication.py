@@ -38,6 +38,7 @@ import threading
 import time
 
 from bench.harness import BenchEnv, Row, publish_rules, settle
+from bench.harness import run_sql as _exec
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.dev import env as dev_env
 from zonesync.dev import mariadb, procs
@@ -76,17 +77,6 @@ DDL = (
     "v VARCHAR(64) NOT NULL, written_us BIGINT NOT NULL, _zs_origin SMALLINT NOT NULL DEFAULT 1, "
     "_zs_version BIGINT NOT NULL DEFAULT 1)"
 )
-
-
-def _exec(inst, *sql, db=None):
-    conn = inst.connect(db)
-    try:
-        with conn.cursor() as cur:
-            for s in sql:
-                cur.execute(s)
-            return cur.fetchall()
-    finally:
-        conn.close()
 
 
 def _position(inst) -> tuple[str, int]:

@@ -28,6 +28,7 @@ import random
 import time
 
 from bench.harness import BenchEnv, Row
+from bench.harness import run_sql as _sql
 from zonesync.dev import env as dev_env
 from zonesync.tagging.rules import parse
 
@@ -109,17 +110,6 @@ def _matching() -> list[Row]:
         Row(f"tag: KV keys vs {TAG_PATTERNS} patterns (worst of {REPS})", min(rates), max(baseline), "keys/s", 10.0,
             f"a regex per pattern tried in turn, best of {REPS}; {len(sample)} of the keys, same answers"),
     ]  # fmt: skip
-
-
-def _sql(inst, *statements, db=None):
-    conn = inst.connect(db)
-    try:
-        with conn.cursor() as cur:
-            for st in statements:
-                cur.execute(st)
-            return cur.fetchall()
-    finally:
-        conn.close()
 
 
 def _rate_once(env: BenchEnv, meta, rep: int) -> tuple[float, float]:
