@@ -21,23 +21,18 @@ REPO = Path(__file__).resolve().parents[2]
 def spawn(cluster, zone: str, log_path: Path | None = None) -> subprocess.Popen:
     """The group applier of `zone` as a child process; its output goes to `log_path` when
     given (else to this process's)."""
+    owners = "1" if cluster.check_owners else "0"
+    return spawn_worker("tests.support.applier_process", cluster, zone, log_path, ZONESYNC_APPLY_CHECK_OWNERS=owners)
+
+
+def spawn_worker(module: str, cluster, zone: str, log_path: Path | None = None, **env) -> subprocess.Popen:
+    """`python -m module ZONE DB_PORT PARTITIONS TOPIC_PREFIX BROKER_FILE` for one of the
+    cluster's zones, with meta's URL and `env` in its environment (a worker to kill -9)."""
     from tests.support.rules import meta_url
 
-    argv = [
-        sys.executable,
-        "-m",
-        "tests.support.applier_process",
-        zone,
-        str(cluster.zones[zone].port),
-        str(cluster.partitions),
-        cluster.prefix,
-        str(cluster.broker_file),
-    ]
-    env = {
-        **os.environ,
-        "ZONESYNC_META_URL": meta_url(cluster.meta),
-        "ZONESYNC_APPLY_CHECK_OWNERS": "1" if cluster.check_owners else "0",
-    }
+    argv = [sys.executable, "-m", module, zone, str(cluster.zones[zone].port), str(cluster.partitions),
+            cluster.prefix, str(cluster.broker_file)]  # fmt: skip
+    env = {**os.environ, "ZONESYNC_META_URL": meta_url(cluster.meta), **env}
     if log_path is None:
         return subprocess.Popen(argv, cwd=REPO, env=env)
     with open(log_path, "ab") as log:

@@ -7,23 +7,16 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def spawn(cluster, zone: str, log_path: Path) -> subprocess.Popen:
-    from tests.support.rules import meta_url
+    from tests.support.applier_process import spawn_worker
 
-    argv = [sys.executable, "-m", "tests.support.tagger_process", zone, str(cluster.zones[zone].port),
-            str(cluster.partitions), cluster.prefix, str(cluster.broker_file)]  # fmt: skip
-    env = {**os.environ, "ZONESYNC_META_URL": meta_url(cluster.meta)}
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return spawn_worker("tests.support.tagger_process", cluster, zone, log_path)
 
 
 if __name__ == "__main__":

@@ -62,14 +62,11 @@ def cmd_entity_list(args) -> int:
 
 def cmd_entity_rows(args) -> int:
     """Every row of the entity that zone ZONE's tag store knows: per-table counts, then keys."""
-    import pymysql
-
     from zonesync.runtime.endpoints import zone_endpoint
     from zonesync.tagging.tag_store import TagStore
 
     ep = zone_endpoint(args.zone)
-    store = TagStore(lambda: pymysql.connect(host=ep.host, port=ep.port, user=ep.user, password=ep.password,
-                                             database=ep.database), ep.database)  # fmt: skip
+    store = TagStore(ep.connect, ep.database)
     rows = store.rows_of(args.type, args.id, args.limit)
     total = sum(len(v) for v in rows.values())
     print(f"{args.type} {args.id} in zone {args.zone}'s tag store: {total} row(s)"

@@ -43,8 +43,7 @@ def cmd_tags_show(args) -> int:
         return 1
     version, tags = found
     print(f"# tag rules version {version}")
-    print(json.dumps(tags.to_doc(), indent=2) if args.json else yaml.safe_dump(tags.to_doc(), sort_keys=False), end="")
-    print() if args.json else None
+    print(json.dumps(tags.to_doc(), indent=2) if args.json else yaml.safe_dump(tags.to_doc(), sort_keys=False).rstrip())
     return 0
 
 
@@ -52,9 +51,10 @@ def diff(old, new) -> list[str]:
     """What a tag rules change adds, removes or changes: one line each."""
 
     def keyed(tags):
-        out = {f"mysql {r['repo']}.{r['table']}": r for r in tags.to_doc()["mysql"]}
-        out |= {f"kv {r['repo']} {r['pattern']}": r for r in tags.to_doc()["kv"]}
-        return out
+        doc = tags.to_doc()
+        return {f"mysql {r['repo']}.{r['table']}": r for r in doc["mysql"]} | {
+            f"kv {r['repo']} {r['pattern']}": r for r in doc["kv"]
+        }
 
     a, b = keyed(old), keyed(new)
     lines = [f"+ {k}" for k in sorted(b.keys() - a.keys())] + [f"- {k}" for k in sorted(a.keys() - b.keys())]

@@ -111,19 +111,14 @@ class EntityRegistry(MetaStore):
         return rows[0] if rows else None
 
     def biz(self, be_type: str, be_id: str) -> tuple[BizEntity, list[Registered]] | None:
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT b.be_type, b.be_id, z.name, b.status, b.version FROM biz_entities b "
-                    "JOIN zones z ON z.zone_id = b.unit_zone WHERE b.be_type = %s AND b.be_id = %s",
-                    (be_type, be_id),
-                )
-                row = cur.fetchone()
-        finally:
-            conn.close()
-        if row is None:
+        rows, _ = self.meta.run(
+            "SELECT b.be_type, b.be_id, z.name, b.status, b.version FROM biz_entities b "
+            "JOIN zones z ON z.zone_id = b.unit_zone WHERE b.be_type = %s AND b.be_id = %s",
+            (be_type, be_id),
+        )
+        if not rows:
             return None
+        row = rows[0]
         les = self._select(f"{self._LE_COLUMNS} WHERE e.be_type = %s AND e.be_id = %s ORDER BY e.le_type, e.le_id",
                            (be_type, be_id))  # fmt: skip
         return BizEntity(row[0], row[1], row[2], row[3], int(row[4])), les
@@ -137,10 +132,5 @@ class EntityRegistry(MetaStore):
         return self._select(sql + " ORDER BY e.le_type, e.le_id LIMIT %s", (*args, limit))
 
     def _select(self, sql: str, args) -> list[Registered]:
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                return [Registered(t, i, z, st, bool(sw), int(v), bt, bi) for t, i, z, st, sw, v, bt, bi in cur]
-        finally:
-            conn.close()
+        rows, _ = self.meta.run(sql, args)
+        return [Registered(t, i, z, st, bool(sw), int(v), bt, bi) for t, i, z, st, sw, v, bt, bi in rows]

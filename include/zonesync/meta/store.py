@@ -176,17 +176,11 @@ class MetaStore:
     def rules_after(self, version: int) -> list[tuple[int, float, RuleSet]]:
         """Rules versions newer than `version`, oldest first: (version, published at as epoch
         seconds, rules): what an applier's owner history (apply/loop/owner_history.py) adds."""
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT version, UNIX_TIMESTAMP(created_at), rule_set FROM versions "
-                    "WHERE kind = 'rules' AND version > %s ORDER BY version",
-                    (version,),
-                )
-                rows = cur.fetchall()
-        finally:
-            conn.close()
+        rows, _ = self.meta.run(
+            "SELECT version, UNIX_TIMESTAMP(created_at), rule_set FROM versions "
+            "WHERE kind = 'rules' AND version > %s ORDER BY version",
+            (version,),
+        )
         return [(int(v), float(t), parse(json.loads(doc), f"rules version {v}")) for v, t, doc in rows]
 
     def rules_version(self, version: int) -> RuleSet:
@@ -234,20 +228,14 @@ class MetaStore:
         """(version, TagRules) of the newest tag rules <= `version` (default: newest), or None."""
         from zonesync.tagging.rules import parse as parse_tags
 
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT version, rule_set FROM versions WHERE kind = 'tags' AND version <= %s "
-                    "ORDER BY version DESC LIMIT 1",
-                    (version if version is not None else 2**62,),
-                )
-                row = cur.fetchone()
-        finally:
-            conn.close()
-        if row is None:
+        rows, _ = self.meta.run(
+            "SELECT version, rule_set FROM versions WHERE kind = 'tags' AND version <= %s "
+            "ORDER BY version DESC LIMIT 1",
+            (version if version is not None else 2**62,),
+        )
+        if not rows:
             return None
-        return int(row[0]), parse_tags(json.loads(row[1]), f"tag rules version {row[0]}")
+        return int(rows[0][0]), parse_tags(json.loads(rows[0][1]), f"tag rules version {rows[0][0]}")
 
     # -- locating entities ---------------------------------------------------
     def publish_entities(self, changes: list[dict], reason: str, author: str | None = None) -> int:

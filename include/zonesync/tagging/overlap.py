@@ -17,6 +17,7 @@ none writes and one non-digit none writes.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 
 from zonesync.tagging.kv_patterns import KvPattern, Var
@@ -147,8 +148,6 @@ class OverlapIndex:
 
     def conflicts(self, p: KvPattern) -> list[tuple[KvPattern, str]]:
         """(registered pattern, a key both match, '' when too complex to tell) for each clash."""
-        import bisect
-
         lead = self.lead(p)
         leads = {lead[:n] for n in range(len(lead) + 1)} & self._by_lead.keys()
         i = bisect.bisect_left(self._leads, lead)
@@ -163,8 +162,6 @@ class OverlapIndex:
         return out
 
     def add(self, p: KvPattern) -> None:
-        import bisect
-
         lead = self.lead(p)
         if lead not in self._by_lead:
             self._by_lead[lead] = []

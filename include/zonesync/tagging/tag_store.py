@@ -27,21 +27,17 @@ from zonesync.tagging.rules import TagRules
 _MISSING = object()
 MAX_IDX, MAX_ENTITY_ID = 512, 128  # zonesync.tags.idx_data, .entity_id
 _COLUMNS = "repo, table_name, idx_data, entity_type, entity_id, version, deleted"
-# each change applies only if not older than the tag; each assignment sees the ones before
-# it, so version goes last
-_GUARDED = (
-    "ON DUPLICATE KEY UPDATE "
-    "entity_type = IF(VALUES(version) >= version, VALUES(entity_type), entity_type), "
-    "entity_id = IF(VALUES(version) >= version, VALUES(entity_id), entity_id), "
-    "deleted = IF(VALUES(version) >= version, VALUES(deleted), deleted), "
-    "version = GREATEST(version, VALUES(version))"
-)
-# the same from the staging table, where an unqualified column would be either table's
-_QUALIFIED = _GUARDED.replace("VALUES(version) >= version", "VALUES(version) >= zonesync.tags.version").replace(
-    "VALUES(entity_type), entity_type)", "VALUES(entity_type), zonesync.tags.entity_type)").replace(
-    "VALUES(entity_id), entity_id)", "VALUES(entity_id), zonesync.tags.entity_id)").replace(
-    "VALUES(deleted), deleted)", "VALUES(deleted), zonesync.tags.deleted)").replace(
-    "GREATEST(version,", "GREATEST(zonesync.tags.version,")  # fmt: skip
+
+
+def _guarded(tags: str = "") -> str:
+    """The upsert's ON DUPLICATE KEY UPDATE: each change applies only if not older than the
+    tag; each assignment sees the ones before it, so version goes last. `tags` qualifies
+    the stored row's columns (`zonesync.tags.`) where an unqualified name would be either
+    table's (an INSERT ... SELECT from the staging table)."""
+    newer = f"VALUES(version) >= {tags}version"
+    return ("ON DUPLICATE KEY UPDATE "
+            + "".join(f"{c} = IF({newer}, VALUES({c}), {tags}{c}), " for c in ("entity_type", "entity_id", "deleted"))
+            + f"version = GREATEST({tags}version, VALUES(version))")  # fmt: skip
 
 
 def _tsv(text: str) -> str:
@@ -156,7 +152,7 @@ class TagStore:
                 self._load(conn, cur, changes)
             elif changes:
                 cur.executemany(
-                    f"INSERT INTO zonesync.tags ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) {_GUARDED}",
+                    f"INSERT INTO zonesync.tags ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) {_guarded()}",
                     [(self.repo, c.table, c.idx_data, c.entity_type, c.entity_id, c.version, int(c.deleted))
                      for c in changes],
                 )  # fmt: skip
@@ -185,7 +181,10 @@ class TagStore:
         if cur.rowcount != len(changes) or conn._result.warning_count:
             raise RuntimeError(f"tag_stage took {cur.rowcount} of {len(changes)} tags with "
                                f"{conn._result.warning_count} warning(s): not written")  # fmt: skip
-        cur.execute(f"INSERT INTO zonesync.tags ({_COLUMNS}) SELECT {_COLUMNS} FROM zonesync.tag_stage {_QUALIFIED}")
+        cur.execute(
+            f"INSERT INTO zonesync.tags ({_COLUMNS}) SELECT {_COLUMNS} FROM zonesync.tag_stage "
+            f"{_guarded('zonesync.tags.')}"
+        )
         cur.execute("DELETE FROM zonesync.tag_stage")
 
     def rows_of(self, entity_type: str, entity_id: str, limit: int = 100_000) -> dict[str, list[str]]:

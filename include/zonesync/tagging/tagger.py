@@ -77,9 +77,9 @@ class Tagger:
                 time.sleep(0.5)
 
     # -- step 1 ---------------------------------------------------------------
-    def _open(self) -> Consumer:
+    def _open(self, positions: dict) -> Consumer:
+        """A consumer on every source partition, each from after the offset tag_state holds."""
         consumer = Consumer(transport.consumer_config(self.bootstrap(), f"zonesync-tag-{self.zone}"))
-        positions = self.store.positions()
         consumer.assign([
             TopicPartition(self.topic_of(s), p, positions[(s, p)][1] + 1 if (s, p) in positions else OFFSET_BEGINNING)
             for s in self.sources for p in range(self.partitions)
@@ -88,10 +88,11 @@ class Tagger:
 
     def _pass(self, deadline: float | None) -> None:
         self._read_rules(force=True)
-        consumer = self._open()
+        state = self.store.positions()
+        consumer = self._open(state)
         writer = _Writer(self.store, self.connect)  # step 3 runs beside steps 2 and 4
         source_of = {self.topic_of(s): s for s in self.sources}
-        lsns = {key: lsn for key, (lsn, _) in self.store.positions().items()}
+        lsns = {key: lsn for key, (lsn, _) in state.items()}
         try:
             while not self.stopping and (deadline is None or time.monotonic() < deadline):
                 msgs = consumer.consume(self.batch // 50 or 1, timeout=self.wait_s)  # step 2
@@ -160,8 +161,7 @@ class _Writer:
             conn = self.connect()
             conn.autocommit(False)  # a batch's tags and positions: one transaction (tag_store.load_connection)
             while (item := self.queue.get()) is not None:
-                if self.failed is None:
-                    self.store.write(conn, *item)
+                self.store.write(conn, *item)
         except BaseException as exc:  # noqa: BLE001 - reported to the loop, which ends the pass
             self.failed = exc
             while self.queue.get() is not None:  # let the loop's puts through until close()
