@@ -1,4 +1,4 @@
-"""Build zonesync's C module (include/zonesync/_native.c) next to its source.
+"""Build zonesync's C modules (include/zonesync/_native.c, _tagging.c) next to their sources.
 
 `make setup` runs this with the venv's Python after installing the packages: the
 module is built for that interpreter, and rebuilt whenever the source is newer than
@@ -15,16 +15,20 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "include" / "zonesync" / "_native.c"
+SOURCES = [ROOT / "include" / "zonesync" / name for name in ("_native.c", "_tagging.c")]
 
 
-def target() -> Path:
-    return SOURCE.with_name("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+def target(source: Path) -> Path:
+    return source.with_name(source.stem + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 def main() -> int:
-    out = target()
-    if out.exists() and out.stat().st_mtime >= SOURCE.stat().st_mtime:
+    return max(build(source) for source in SOURCES)
+
+
+def build(source: Path) -> int:
+    out = target(source)
+    if out.exists() and out.stat().st_mtime >= source.stat().st_mtime:
         return 0
     cc = os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
     cmd = [
@@ -36,13 +40,13 @@ def main() -> int:
         "-Werror",
         "-std=c11",
         f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE),
+        str(source),
         "-o",
         str(out) + ".tmp",
     ]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode:
-        sys.stderr.write(f"setup: building {SOURCE.name} failed:\n{' '.join(cmd)}\n{result.stderr}")
+        sys.stderr.write(f"setup: building {source.name} failed:\n{' '.join(cmd)}\n{result.stderr}")
         return result.returncode
     os.replace(str(out) + ".tmp", out)
     print(f"setup: built {out.relative_to(ROOT)}")

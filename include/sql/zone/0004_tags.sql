@@ -1,23 +1,34 @@
 -- zonesync bookkeeping, data tagging (docs/tagging.md): each zone's tag store, kept by
 -- its tagger beside the rows it describes.
 
--- One tag per (repo, table, unique-key values) of a registered table: the locating entity
--- the row belongs to. A delete leaves the tag marked deleted with its version, so a late
--- or replayed older change never revives it; a change applies only if its version is not
--- older than the tag's (rows whose unique key moved between rows stay right in any order).
--- idx_data is the index_keys' values in the rule's order, as JSON: rows sharing them
--- (NULLs in a unique key) share one tag and are fetched once (S004-10).
-CREATE TABLE IF NOT EXISTS zonesync.tags (
-    repo            VARCHAR(64)  NOT NULL,
-    table_name      VARCHAR(64)  NOT NULL,
-    idx_data        VARCHAR(512) NOT NULL,
+-- The tag store is a log (include/zonesync/tagging/tag_store.py): each batch of the
+-- tagger appends one segment per (entity, repo, table) it touched, its entries as lines
+-- `idx <tab> version <tab> deleted` (idx: the unique key's values as JSON; rows sharing
+-- them, NULLs in a unique key, are one entry, S004-10). An entity's rows are its
+-- segments folded in batch order, the newest entry per idx winning; a change that takes
+-- a row out of an entity leaves a deleted entry in it, so a late or replayed older
+-- change never revives it. Compaction folds an entity's segments into one.
+CREATE TABLE IF NOT EXISTS zonesync.tag_segments (
     entity_type     VARCHAR(32)  NOT NULL,
     entity_id       VARCHAR(128) NOT NULL,
-    version         BIGINT       NOT NULL,
-    deleted         TINYINT(1)   NOT NULL DEFAULT 0,
-    PRIMARY KEY (repo, table_name, idx_data),
-    KEY idx_tags_entity (entity_type, entity_id)
+    repo            VARCHAR(64)  NOT NULL,
+    table_name      VARCHAR(64)  NOT NULL,
+    batch_no        BIGINT       NOT NULL,
+    entries         MEDIUMTEXT   NOT NULL,
+    PRIMARY KEY (entity_type, entity_id, repo, table_name, batch_no)
 ) ENGINE=InnoDB;
+
+-- The last batch number written: each batch moves it on by one, compare-and-set, in the
+-- batch's transaction (batch numbers order the fold; a second writer fails, never interleaves).
+CREATE TABLE IF NOT EXISTS zonesync.tag_writer (
+    id              TINYINT      NOT NULL PRIMARY KEY,
+    last_batch      BIGINT       NOT NULL
+) ENGINE=InnoDB;
+INSERT IGNORE INTO zonesync.tag_writer (id, last_batch) VALUES (1, 0);
+
+-- Session 18's tag store, a row per tag updated in place (a fifth of the rate the log
+-- takes): superseded; tags are rebuilt from the topics or by the backfill.
+DROP TABLE IF EXISTS zonesync.tags;
 
 -- How far the tagger has tagged each source's partition, committed in the same
 -- transaction as the tags (resume = re-read this; "tagged up to P" for a migration).

@@ -1,43 +1,45 @@
-"""A zone's tag store (`zonesync.tags`, `zonesync.tag_state`; include/sql/zone/0004_tags.sql)
-and what one batch of change events does to it.
+"""A zone's tag store (`zonesync.tag_segments`, `zonesync.tag_state`, `zonesync.tag_writer`;
+include/sql/zone/0004_tags.sql): which rows of the zone belong to which entity.
 
-`changes_of` (pure) turns events into tag changes by the tag rules: an insert or update
-of a registered table sets the tag of its unique-key values to the entity its entity
-field names; a delete, or an update that moves the row to other unique-key values, marks
-the old values' tag deleted. Rows without their unique-key values or their entity id (a
-NULL entity) are counted as untaggable, never guessed. Forward-rule tables carry no
-entity and get no tag: a migration fetches them from their parents.
+Tags are written at the replication rate and read when an entity migrates (the seed's
+"write-heavy, read-rare"), so the store is a log, not an index to update in place: each
+batch of the tagger appends, per (entity, repo, table) it touched, one *segment* row
+holding that batch's entries (extract.py), lines of `idx <tab> version <tab> deleted`.
+An entity's tags are its segments folded in batch order: per `idx` the newest version
+wins (on a tie the later batch), and the rows whose newest entry is not a deletion are
+the entity's. Writing a batch costs a row per entity it touched, not a row per tag (a
+tenant's 50 orders of a batch are one row); measured in docs/benchmarks.md.
 
-`TagStore.write` applies a batch and the sources' positions in one transaction, each tag
-change only if its version is not older than the tag's: so a replayed or reordered event
-never regresses a tag, and the same event read twice yields the same single tag.
+Why the fold is right without an index from row to entity: every change that takes a row
+out of an entity (a delete, a move to another entity, a new unique key) writes a deleted
+entry *into that entity* with the change's version, so an entity's own segments tell
+which of its rows left it, however late that change was read; a change read twice, or
+a topic read again from its start, appends entries the fold already has.
+
+Compaction: an entity's segments grow with each batch that touches it; compaction folds
+its newest segments into one, size-tiered (deleted entries kept: they still guard against
+late changes). The tagger compacts the entities it has appended to COMPACT_AT times when
+it is not behind (tagger.py: a backlog is tagged at full speed first), and `zonesync tags
+compact` folds every entity's segments into one.
+
+Each batch also moves `tag_writer.last_batch` on by one, compare-and-set: batch numbers
+order the fold, and a second tagger writing the same zone fails its next batch instead
+of interleaving numbers with the first.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from typing import NamedTuple
 
 from zonesync.apply.batch.load_data import NAME as LOAD_NAME
 from zonesync.apply.batch.load_data import LoadConnection
-from zonesync.events import DELETE, ChangeEvent
-from zonesync.tagging.rules import TagRules
 
-_MISSING = object()
-MAX_IDX, MAX_ENTITY_ID = 512, 128  # zonesync.tags.idx_data, .entity_id
-_COLUMNS = "repo, table_name, idx_data, entity_type, entity_id, version, deleted"
+try:  # the LOAD DATA text rendered in C (zonesync/_tagging.c), when built
+    from zonesync import _tagging
+except ImportError:  # pragma: no cover - render_segments' Python loop gives the same bytes
+    _tagging = None
 
-
-def _guarded(tags: str = "") -> str:
-    """The upsert's ON DUPLICATE KEY UPDATE: each change applies only if not older than the
-    tag; each assignment sees the ones before it, so version goes last. `tags` qualifies
-    the stored row's columns (`zonesync.tags.`) where an unqualified name would be either
-    table's (an INSERT ... SELECT from the staging table)."""
-    newer = f"VALUES(version) >= {tags}version"
-    return ("ON DUPLICATE KEY UPDATE "
-            + "".join(f"{c} = IF({newer}, VALUES({c}), {tags}{c}), " for c in ("entity_type", "entity_id", "deleted"))
-            + f"version = GREATEST({tags}version, VALUES(version))")  # fmt: skip
+_SEGMENT_COLUMNS = "entity_type, entity_id, repo, table_name, batch_no, entries"
 
 
 def _tsv(text: str) -> str:
@@ -47,115 +49,120 @@ def _tsv(text: str) -> str:
     return text
 
 
-class TagChange(NamedTuple):
-    table: str
-    idx_data: str
-    entity_type: str
-    entity_id: str  # '' for a delete
-    version: int
-    deleted: bool
+def entries_text(entries: dict[str, int]) -> str:
+    """A segment's entries ({idx: version * 2 + deleted}; an integer idx key is `[key]`) as
+    stored: lines `idx <tab> version <tab> deleted` (idx values hold no tab or newline:
+    JSON escapes them)."""
+    return "\n".join(f"{f'[{idx}]' if type(idx) is int else idx}\t{p >> 1}\t{p & 1}" for idx, p in entries.items())
 
 
-def idx_data(values: list) -> str:
-    if len(values) == 1 and type(values[0]) is int:  # the common case, without json.dumps: same text
-        return f"[{values[0]}]"
-    return json.dumps(values, separators=(",", ":"), sort_keys=True, default=str)
+def render_segments(segments: list, repo: str, batch_no: int, native: bool = True) -> bytes:
+    """A batch's segments ((entity type, entity id, table), {idx: version * 2 + deleted})
+    as the LOAD DATA text of tag_segments rows."""
+    if native and _tagging is not None:
+        return _tagging.render_segments(segments, repo, batch_no)
+    return "".join(
+        f"{_tsv(et)}\t{_tsv(eid)}\t{_tsv(repo)}\t{_tsv(t)}\t{batch_no}\t{_tsv(entries_text(entries))}\n"
+        for (et, eid, t), entries in segments
+    ).encode()
 
 
-def _tag_of(rule, image: dict | None) -> tuple[str, str] | None:
-    """(idx_data, entity id) of a row image, None when the image lacks them."""
-    if image is None:
-        return None
-    keys = rule.index_keys
-    if len(keys) == 1:
-        value = image.get(keys[0], _MISSING)
-        if value is _MISSING:
-            return None
-        values = [value]
-    elif any(k not in image for k in keys):
-        return None
-    else:
-        values = [image[k] for k in keys]
-    entity = image.get(rule.entity_field)
-    if entity is None:
-        return None
-    idx, entity = idx_data(values), str(entity)
-    if len(idx) > MAX_IDX or len(entity) > MAX_ENTITY_ID:  # beyond the store's columns: not cut short
-        return None
-    return idx, entity
-
-
-def changes_of(events: Iterable[ChangeEvent], rules: TagRules, repo: str) -> tuple[list[TagChange], int]:
-    """(tag changes in event order, events of registered tables that could not be tagged)."""
-    out: list[TagChange] = []
-    untaggable = 0
-    by_table = rules.by_table(repo)
-    for e in events:
-        rule = by_table.get(e.table)
-        if rule is None:
-            continue
-        old = _tag_of(rule, e.old) if e.old is not None else None
-        new = _tag_of(rule, e.new) if e.op != DELETE else None
-        if e.op != DELETE and new is None:
-            untaggable += 1
-        if old is not None and (new is None or new[0] != old[0]):
-            out.append(TagChange(e.table, old[0], rule.entity_type, "", e.version, True))
-        if new is not None:
-            out.append(TagChange(e.table, new[0], rule.entity_type, new[1], e.version, False))
-    return out, untaggable
-
-
-def newest(changes: list[TagChange]) -> list[TagChange]:
-    """One change per tag, the newest (what the version-guarded upserts would leave anyway):
-    a batch that touches a row ten times writes its tag once."""
-    last: dict[tuple[str, str], TagChange] = {}
-    for c in changes:
-        key = (c.table, c.idx_data)
-        seen = last.get(key)
-        if seen is None or c.version >= seen.version:
-            last[key] = c
-    return list(last.values())
+def fold(segments: Iterable[str], into: dict | None = None) -> dict[str, int]:
+    """idx -> version * 2 + deleted: the newest entry per idx of segments given in batch
+    order (of equal versions, the later)."""
+    out = {} if into is None else into
+    for text in segments:
+        for line in text.split("\n"):
+            if not line:
+                continue
+            idx, v, d = line.rsplit("\t", 2)
+            packed = int(v) << 1 | (d == "1")
+            seen = out.get(idx)
+            if seen is None or seen >> 1 <= packed >> 1:
+                out[idx] = packed
+    return out
 
 
 class TagStore:
-    """One zone's tags, through a connection factory (the tagger's own connection)."""
+    """One zone's tags, through a connection factory."""
 
     def __init__(self, connect, repo: str):
         self.connect = connect
         self.repo = repo
 
-    def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(source, partition) -> (applied LSN, Kafka offset) tagged up to."""
+    # -- reads ----------------------------------------------------------------
+    def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
         conn = self.connect()
         try:
             with conn.cursor() as cur:
-                cur.execute("SELECT source_zone, partition_no, applied_lsn, kafka_offset FROM zonesync.tag_state")
-                return {(s, int(p)): (int(lsn), int(off)) for s, p, lsn, off in cur.fetchall()}
+                cur.execute(sql, params)
+                return list(cur.fetchall())
         finally:
             conn.close()
 
+    def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(source, partition) -> (applied LSN, Kafka offset) tagged up to."""
+        rows = self._query("SELECT source_zone, partition_no, applied_lsn, kafka_offset FROM zonesync.tag_state")
+        return {(s, int(p)): (int(lsn), int(off)) for s, p, lsn, off in rows}
+
+    def last_batch(self) -> int:
+        rows = self._query("SELECT last_batch FROM zonesync.tag_writer WHERE id = 1")
+        return int(rows[0][0]) if rows else 0
+
     def caught_up(self, ends: dict[tuple[str, int], int]) -> bool:
         """Whether every partition is tagged up to `ends` (the last offset of each partition
-        at some moment: topic_ends()), so every row written before that moment has its tag
-        (S004-06: a migration's stock scan waits for this)."""
+        at some moment: tagger.topic_ends()), so every row written before that moment has
+        its tag (S004-06: a migration's stock scan waits for this)."""
         positions = self.positions()
         return all(positions.get(key, (0, -1))[1] >= last for key, last in ends.items() if last >= 0)
 
-    def write(self, conn, changes: list[TagChange], positions: dict[tuple[str, int], tuple[int, int]]) -> None:
-        """The changes and the new positions, in one transaction on `conn` (committed here).
+    def rows_of(self, entity_type: str, entity_id: str, limit: int = 100_000) -> dict[str, list[str]]:
+        """table -> unique-key values (idx) of every row the entity holds now, sorted."""
+        folds: dict[str, dict] = {}
+        for table, entries in self._query(
+            "SELECT table_name, entries FROM zonesync.tag_segments WHERE entity_type = %s AND entity_id = %s "
+            "AND repo = %s ORDER BY table_name, batch_no",
+            (entity_type, str(entity_id), self.repo),
+        ):
+            fold([entries], folds.setdefault(table, {}))
+        out, left = {}, limit
+        for table in sorted(folds):
+            live = sorted(idx for idx, packed in folds[table].items() if not packed & 1)[:left]
+            if live:
+                out[table], left = live, left - len(live)
+        return out
 
-        On a LoadConnection (apply/batch/load_data.py) the changes go as LOAD DATA LOCAL into
-        the session's staging table and one INSERT ... SELECT upserts them: measured 119-136k
-        tags/s here against 80-90k as a multi-row INSERT, which any other connection sends."""
+    def dump(self) -> list[tuple[str, str, str, str, int, int]]:
+        """Every entity's folded tags: (table, idx, entity type, entity id, version,
+        deleted), sorted; what two stores must agree on to hold the same tags."""
+        folds: dict[tuple[str, str, str], dict] = {}
+        for et, eid, table, entries in self._query(
+            "SELECT entity_type, entity_id, table_name, entries FROM zonesync.tag_segments WHERE repo = %s "
+            "ORDER BY entity_type, entity_id, table_name, batch_no",
+            (self.repo,),
+        ):
+            fold([entries], folds.setdefault((et, eid, table), {}))
+        return sorted((t, idx, et, eid, p >> 1, p & 1) for (et, eid, t), f in folds.items() for idx, p in f.items())
+
+    def segment_count(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM zonesync.tag_segments WHERE repo = %s", (self.repo,))[0][0])
+
+    # -- writes (on the caller's connection, one transaction) ------------------
+    def write(self, conn, segments: list, positions: dict, batch_no: int, compact: Iterable[tuple] = ()) -> None:
+        """A batch's segments (extract.TagBatch.segments(): ((entity type, entity id, table),
+        {idx: version * 2 + deleted})) as batch `batch_no`, the sources' new positions and
+        the (entity type, id, table) to compact, in one transaction on `conn`
+        (committed here). Fails, writing nothing, unless `batch_no` follows the store's
+        last batch."""
         with conn.cursor() as cur:
-            if changes and isinstance(conn, LoadConnection):
-                self._load(conn, cur, changes)
-            elif changes:
-                cur.executemany(
-                    f"INSERT INTO zonesync.tags ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) {_guarded()}",
-                    [(self.repo, c.table, c.idx_data, c.entity_type, c.entity_id, c.version, int(c.deleted))
-                     for c in changes],
-                )  # fmt: skip
+            cur.execute("UPDATE zonesync.tag_writer SET last_batch = %s WHERE id = 1 AND last_batch = %s",
+                        (batch_no, batch_no - 1))  # fmt: skip
+            if cur.rowcount != 1:
+                conn.rollback()
+                raise RuntimeError(f"tag batch {batch_no}: the store's last batch is not {batch_no - 1} "
+                                   "(another tagger writes this zone's tag store?)")  # fmt: skip
+            if segments:
+                self._append(conn, cur, segments, batch_no)
             if positions:
                 cur.executemany(
                     "INSERT INTO zonesync.tag_state (source_zone, partition_no, applied_lsn, kafka_offset) "
@@ -163,46 +170,72 @@ class TagStore:
                     "kafka_offset = VALUES(kafka_offset)",
                     [(s, p, lsn, off) for (s, p), (lsn, off) in positions.items()],
                 )
+            for key in compact:
+                self._compact(cur, key)
         conn.commit()
 
-    def _load(self, conn, cur, changes: list[TagChange]) -> None:
-        cur.execute(
-            "CREATE TEMPORARY TABLE IF NOT EXISTS zonesync.tag_stage (repo VARCHAR(64), table_name VARCHAR(64), "
-            "idx_data VARCHAR(512), entity_type VARCHAR(32), entity_id VARCHAR(128), version BIGINT, "
-            "deleted TINYINT)"  # InnoDB: a MEMORY table's fixed-width rows fill its 16 MiB at ~5k tags
-        )
-        repo = _tsv(self.repo)
-        conn.payload = "".join(
-            f"{repo}\t{c.table}\t{_tsv(c.idx_data)}\t{c.entity_type}\t{_tsv(c.entity_id)}\t{c.version}\t{int(c.deleted)}\n"
-            for c in changes
-        ).encode()
-        cur.execute(f"LOAD DATA LOCAL INFILE '{LOAD_NAME}' INTO TABLE zonesync.tag_stage CHARACTER SET utf8mb4")
-        # LOCAL implies IGNORE: a value cut short would be a warning, not an error
-        if cur.rowcount != len(changes) or conn._result.warning_count:
-            raise RuntimeError(f"tag_stage took {cur.rowcount} of {len(changes)} tags with "
+    def _append(self, conn, cur, segments: list, batch_no: int) -> None:
+        """Segment rows: LOAD DATA LOCAL from memory on a LoadConnection (one statement for
+        the batch), a multi-row INSERT on any other."""
+        if not isinstance(conn, LoadConnection):
+            cur.executemany(f"INSERT INTO zonesync.tag_segments ({_SEGMENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)",
+                            [(et, eid, self.repo, t, batch_no, entries_text(entries))
+                             for (et, eid, t), entries in segments])  # fmt: skip
+            return
+        conn.payload = render_segments(segments, self.repo, batch_no)
+        cur.execute(f"LOAD DATA LOCAL INFILE '{LOAD_NAME}' INTO TABLE zonesync.tag_segments "
+                    f"CHARACTER SET utf8mb4 ({_SEGMENT_COLUMNS})")  # fmt: skip
+        # LOCAL implies IGNORE: a duplicate or a value cut short would be a warning, not an error
+        if cur.rowcount != len(segments) or conn._result.warning_count:
+            raise RuntimeError(f"tag_segments took {cur.rowcount} of {len(segments)} segments with "
                                f"{conn._result.warning_count} warning(s): not written")  # fmt: skip
-        cur.execute(
-            f"INSERT INTO zonesync.tags ({_COLUMNS}) SELECT {_COLUMNS} FROM zonesync.tag_stage "
-            f"{_guarded('zonesync.tags.')}"
-        )
-        cur.execute("DELETE FROM zonesync.tag_stage")
 
-    def rows_of(self, entity_type: str, entity_id: str, limit: int = 100_000) -> dict[str, list[str]]:
-        """table -> unique-key values (idx_data) of every live row tagged with the entity."""
-        conn = self.connect()
-        try:
+    def _compact(self, cur, key: tuple[str, str, str], full: bool = False) -> bool:
+        """The newest segments of (entity type, entity id, table) folded into one, numbered
+        as the newest of them (a segment written later still folds after it): size-tiered,
+        an older segment joins while it is no bigger than twice those chosen, so an
+        entity's entries are rewritten a few times over its life, not at each compaction
+        (`full`: all of them). Whether anything was merged."""
+        et, eid, table = key
+        where = "entity_type = %s AND entity_id = %s AND repo = %s AND table_name = %s"
+        params = (et, eid, self.repo, table)
+        cur.execute(f"SELECT batch_no, LENGTH(entries) FROM zonesync.tag_segments WHERE {where} "
+                    f"ORDER BY batch_no DESC FOR UPDATE", params)  # fmt: skip
+        sizes = [(int(b), int(n)) for b, n in cur.fetchall()]
+        chosen, total = 0, 0
+        for _, size in sizes:
+            if chosen and not full and size > 2 * total:
+                break
+            chosen, total = chosen + 1, total + size
+        if chosen < 2:
+            return False
+        first, last = sizes[chosen - 1][0], sizes[0][0]
+        cur.execute(f"SELECT entries FROM zonesync.tag_segments WHERE {where} AND batch_no >= %s ORDER BY batch_no",
+                    (*params, first))  # fmt: skip
+        folded = fold(text for (text,) in cur.fetchall())
+        cur.execute(f"DELETE FROM zonesync.tag_segments WHERE {where} AND batch_no >= %s AND batch_no < %s",
+                    (*params, first, last))  # fmt: skip
+        cur.execute(f"UPDATE zonesync.tag_segments SET entries = %s WHERE {where} AND batch_no = %s",
+                    (entries_text(folded), *params, last))  # fmt: skip
+        return True
+
+    def compact_all(self, conn, per_round: int = 500) -> int:
+        """Every entity's segments folded into one each (`zonesync tags compact`), a round
+        of entities per transaction: the number of (entity, table) groups compacted."""
+        done, after = 0, ("", "", "")
+        while True:
             with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT table_name, idx_data FROM zonesync.tags WHERE entity_type = %s AND entity_id = %s "
-                    "AND repo = %s AND deleted = 0 ORDER BY table_name, idx_data LIMIT %s",
-                    (entity_type, str(entity_id), self.repo, limit),
-                )
-                out: dict[str, list[str]] = {}
-                for table, idx in cur.fetchall():
-                    out.setdefault(table, []).append(idx)
-                return out
-        finally:
-            conn.close()
+                cur.execute("SELECT entity_type, entity_id, table_name FROM zonesync.tag_segments WHERE repo = %s "
+                            "AND (entity_type, entity_id, table_name) > (%s, %s, %s) "
+                            "GROUP BY entity_type, entity_id, table_name HAVING COUNT(*) > 1 "
+                            "ORDER BY entity_type, entity_id, table_name LIMIT %s",
+                            (self.repo, *after, per_round))  # fmt: skip
+                keys = [tuple(r) for r in cur.fetchall()]
+                if not keys:
+                    return done
+                done += sum(self._compact(cur, key, full=True) for key in keys)
+                after = keys[-1]
+            conn.commit()
 
 
 def load_connection(host: str, port: int, user: str, password: str, database: str) -> LoadConnection:

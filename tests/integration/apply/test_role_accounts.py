@@ -55,7 +55,7 @@ def test_each_worker_runs_under_its_own_account(role_accounts, zones, meta, brok
     MetaStore(meta).publish_tags(parse_tags({"mysql": [{"repo": "zonesync_app", "table": "tenants",
         "index_keys": ["tenant_id"], "entity": {"type": "tenant", "field": "tenant_id"}}]}), "test: roles")  # fmt: skip
     with b.connect().cursor() as cur:
-        cur.execute("DELETE FROM zonesync.tags")
+        cur.execute("DELETE FROM zonesync.tag_segments")
         cur.execute("DELETE FROM zonesync.tag_state")
     tagger = Tagger("b", ["a"], lambda: load_connection("127.0.0.1", b.port, "zs_applier",
                     roles.password("zs_applier"), "zonesync_app"), "zonesync_app", meta_role, 2,

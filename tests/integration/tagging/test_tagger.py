@@ -1,11 +1,12 @@
 """The tagger (tagging/tagger.py; seed 004 S004-04, S004-05, S004-10): every zone's
 changes into one zone's tag store, under replication and guarded writes in every zone.
 
-Zone b's tagger follows a, b and c. Each registered row gets one tag naming its entity;
-an update that moves a row to another entity moves its tag; a delete marks it deleted;
-rows that share unique-key values (NULLs in a unique key) share one tag; a tagger
-stopped and started again, or one that lost its state and reads every topic again from
-the start, ends with exactly the same tags."""
+Zone b's tagger follows a, b and c. Each registered row is tagged with its entity; an
+update that moves a row to another entity moves its tag (a deleted entry in the old
+entity); a delete leaves a deleted entry; a tagger stopped and started again, or one that
+lost its state and reads every topic again from the start, ends with exactly the same
+tags. (Rows sharing unique-key values, S004-10, and shuffled topics: tests/unit/
+test_tag_extract.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.support.background import wait_until
 from tests.support.replication import ZONES
 from zonesync.meta.store import MetaStore
 from zonesync.tagging.rules import parse
-from zonesync.tagging.tag_store import TagStore, changes_of, load_connection
+from zonesync.tagging.tag_store import TagStore, load_connection
 from zonesync.tagging.tagger import Tagger, topic_ends
 
 pytestmark = pytest.mark.integration
@@ -31,15 +32,13 @@ OWN = {"a": 7, "b": 407, "c": 807}
 
 
 def _tags(inst) -> list[tuple]:
-    with inst.connect().cursor() as cur:
-        cur.execute("SELECT table_name, idx_data, entity_type, entity_id, deleted FROM zonesync.tags "
-                    "WHERE repo = 'zonesync_app' ORDER BY table_name, idx_data")  # fmt: skip
-        return list(cur.fetchall())
+    """(table, idx, entity type, entity id, version, deleted) of every entity's folded tags."""
+    return TagStore(lambda: inst.connect("zonesync_app"), "zonesync_app").dump()
 
 
 def _reset(inst) -> None:
     with inst.connect().cursor() as cur:
-        cur.execute("DELETE FROM zonesync.tags")
+        cur.execute("DELETE FROM zonesync.tag_segments")
         cur.execute("DELETE FROM zonesync.tag_state")
 
 
@@ -49,12 +48,12 @@ class Taggers:
     def __init__(self, cluster, inst, meta):
         self.cluster, self.inst, self.meta, self.running = cluster, inst, meta, []
 
-    def start(self) -> Tagger:
+    def start(self, compact_at: int = 2) -> Tagger:
         inst = self.inst
         t = Tagger("b", list(ZONES), lambda: load_connection("127.0.0.1", inst.port, "root", "", "zonesync_app"),
                    "zonesync_app",
                    self.meta, self.cluster.partitions, bootstrap=self.cluster.bootstrap,
-                   topic_of=self.cluster.topic)  # fmt: skip
+                   topic_of=self.cluster.topic, compact_at=compact_at)  # fmt: skip
         self.cluster._run(f"tagger-b-{len(self.running)}", t)
         self.running.append(t)
         return t
@@ -106,8 +105,8 @@ def test_every_zones_rows_are_tagged_moved_and_deleted_and_a_restart_changes_not
         tx.delete("orders", {"order_id": 72})
     wait_until(lambda: store.rows_of("tenant", "7").get("orders") == ["[70]"], 30, "the move and the delete tagged")
     assert store.rows_of("tenant", "8") == {"orders": ["[71]"]}
-    rows = {r[1]: r for r in _tags(zones["b"]) if r[0] == "orders"}
-    assert rows["[72]"][4] == 1 and rows["[71]"][3] == "8"  # a deleted tag is marked, not gone
+    tags = {(r[1], r[3]): r[5] for r in _tags(zones["b"]) if r[0] == "orders"}
+    assert tags[("[72]", "7")] == 1 and tags[("[71]", "7")] == 1 and tags[("[71]", "8")] == 0  # marked, not gone
     assert tagger.untaggable == 0
 
     # stopped and started again: it goes on from tag_state
@@ -137,23 +136,11 @@ def test_every_zones_rows_are_tagged_moved_and_deleted_and_a_restart_changes_not
     assert _tags(zones["b"]) == expected
 
 
-def test_rows_sharing_unique_key_values_share_one_tag():
-    """S004-10: five rows whose unique key is (1, NULL) are one tag, fetched once."""
-    from zonesync.events import ChangeEvent
-
-    rules = parse({"mysql": [{"repo": "app", "table": "pairs", "index_keys": ["a", "b"],
-                              "entity": {"type": "tenant", "field": "t"}}]})  # fmt: skip
-    events = [ChangeEvent(i + 1, i, "a", 1, "pairs", {"id": i}, "insert", None, {"id": i, "a": 1, "b": None, "t": 5},
-                          10 + i, "x", 0, 1, 0, 0) for i in range(5)]  # fmt: skip
-    changes, untaggable = changes_of(events, rules, "app")
-    assert {c.idx_data for c in changes} == {"[1,null]"} and untaggable == 0
-
-
 def _live_tags(inst, table: str) -> dict[str, str]:
-    with inst.connect().cursor() as cur:
-        cur.execute("SELECT idx_data, entity_id FROM zonesync.tags WHERE repo = 'zonesync_app' AND table_name = %s "
-                    "AND deleted = 0", (table,))  # fmt: skip
-        return dict(cur.fetchall())
+    """idx -> entity id of the table's live tags (an idx live in two entities fails)."""
+    live = [(r[1], r[3]) for r in _tags(inst) if r[0] == table and not r[5]]
+    assert len({idx for idx, _ in live}) == len(live), "a row tagged live in two entities"
+    return dict(live)
 
 
 def _rows(inst) -> dict[str, str]:
@@ -217,25 +204,42 @@ def test_a_tagger_killed_mid_load_converges_with_no_lost_or_extra_tag(taggers, g
         child.wait(20)
 
 
-def test_a_large_batch_goes_through_the_staging_table_whole(zones):
-    """One batch of 30k tags through LOAD DATA (a MEMORY staging table once filled at ~5k),
-    values with tabs, newlines and backslashes read back as written, a second write of the
-    same batch changes nothing."""
-    from zonesync.tagging.tag_store import TagChange
+def test_a_large_batch_is_one_load_and_odd_values_read_back_as_written(zones):
+    """One batch of 30k entries over 7 tenants through one LOAD DATA; values with tabs,
+    newlines and backslashes read back as written; the same batch written a second time
+    (a replay) leaves the same tags; compaction folds each entity to one segment and
+    changes no tag; a batch numbered out of turn (a second writer) writes nothing."""
+    from zonesync.tagging.extract import idx_text
 
     b = zones["b"]
     _reset(b)
     store = TagStore(lambda: b.connect("zonesync_app"), "zonesync_app")
-    odd = '["a\\tb\\\\c\\nd"]'
-    changes = [TagChange("big", f"[{i}]", "tenant", str(i % 7), 10 + i, False) for i in range(30_000)]
-    changes.append(TagChange("big", odd, "tenant", "x\ty\nz\\w", 5, False))  # a real tab, newline, backslash
+    odd = idx_text(["a\tb\\c\nd"])
+    groups: dict = {}
+    for i in range(30_000):
+        groups.setdefault(("tenant", str(i % 7), "big"), {})[f"[{i}]"] = (10 + i) << 1
+    groups[("tenant", "x\ty\nz\\w", "big")] = {odd: 5 << 1}  # a real tab, newline, backslash
+    groups = list(groups.items())
     conn = load_connection("127.0.0.1", b.port, "root", "", "zonesync_app")
     try:
-        store.write(conn, changes, {("a", 0): (1, 1)})
+        last = store.last_batch()
+        store.write(conn, groups, {("a", 0): (1, 1)}, last + 1)
         first = _tags(b)
-        store.write(conn, changes, {("a", 0): (1, 1)})
-        assert _tags(b) == first and len(first) == 30_001
-        assert ("big", odd, "tenant", "x\ty\nz\\w", 0) in first
+        assert len(first) == 30_001 and ("big", odd, "tenant", "x\ty\nz\\w", 5, 0) in first
+        assert store.rows_of("tenant", "x\ty\nz\\w") == {"big": [odd]}
+        store.write(conn, groups, {("a", 0): (1, 1)}, last + 2)
+        assert _tags(b) == first and store.segment_count() == 16
+        assert store.compact_all(conn) == 8
+        assert _tags(b) == first and store.segment_count() == 8
+        # size-tiered: ten small segments of tenant 0 after its big one are folded together,
+        # the big one left as it is
+        for n in range(10):
+            store.write(conn, [(("tenant", "0", "big"), {f"[{100_000 + n}]": 10 << 1})], {}, store.last_batch() + 1)
+        store.write(conn, [], {}, store.last_batch() + 1, [("tenant", "0", "big")])
+        assert store.segment_count() == 9 and len(store.rows_of("tenant", "0")["big"]) == 4286 + 10
+        with pytest.raises(RuntimeError, match="another tagger"):
+            store.write(conn, groups, {("a", 0): (9, 9)}, last + 2)
+        assert store.segment_count() == 9 and store.positions()[("a", 0)] == (1, 1)
     finally:
         conn.close()
         _reset(b)
