@@ -24,7 +24,7 @@
 
 #define MAX_ENTITY_ID 128
 
-static PyObject *s_table, *s_op, *s_new, *s_version, *s_insert;
+static PyObject *s_table, *s_op, *s_new, *s_version, *s_insert, *s_delete;
 
 /* The entity's dict of idx entries in by_entity (made when missing), borrowed; NULL on error. */
 static PyObject *group_of(PyObject *by_entity, PyObject *entity) {
@@ -117,6 +117,30 @@ static PyObject *tag_inserts(PyObject *self, PyObject *args) {
     return Py_BuildValue("nn", i, added);
 }
 
+/* rows_present(events) -> bool: every insert and update carries its new row (what the
+ * tagger's narrow decoder cannot say by itself; a message failing it goes to the full
+ * decoder, which names the fault). */
+static PyObject *rows_present(PyObject *self, PyObject *events) {
+    if (!PyList_Check(events)) {
+        PyErr_SetString(PyExc_TypeError, "rows_present: a list of events");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(events); k++) {
+        PyObject *e = PyList_GET_ITEM(events, k);
+        PyObject *image = PyObject_GetAttr(e, s_new);
+        if (!image) return NULL;
+        int missing = image == Py_None;
+        Py_DECREF(image);
+        if (!missing) continue;
+        PyObject *op = PyObject_GetAttr(e, s_op);
+        if (!op) return NULL;
+        int is_delete = PyUnicode_Check(op) && PyUnicode_Compare(op, s_delete) == 0;
+        Py_DECREF(op);
+        if (!is_delete) Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
 /* -- render_segments ------------------------------------------------------------ */
 typedef struct {
     char *p;
@@ -167,6 +191,22 @@ static int put_text(Buf *b, PyObject *text) {
     return put_escaped(b, s, n);
 }
 
+/* A 64-bit integer in decimal (room for it reserved by the caller: 21 bytes). */
+static void put_uint(Buf *b, unsigned long long u) {
+    char digits[24];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    while (n) b->p[b->len++] = digits[--n];
+}
+
+static void put_int(Buf *b, long long v) {
+    if (v < 0) b->p[b->len++] = '-';
+    put_uint(b, v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v);
+}
+
 static int put_raw(Buf *b, const char *s, size_t n) {
     if (buf_grow(b, n) < 0) return -1;
     memcpy(b->p + b->len, s, n);
@@ -190,25 +230,39 @@ static int put_segment(Buf *b, PyObject *segment, PyObject *repo, const char *ba
     PyObject *idx, *packed;
     int first = 1;
     while (PyDict_Next(entries, &pos, &idx, &packed)) {
+        int big = 0;
         unsigned long long p = PyLong_Check(packed) ? PyLong_AsUnsignedLongLong(packed) : (unsigned long long)-1;
-        if (p == (unsigned long long)-1) { /* (not a packed entry: version * 2 + deleted, below 2**64 - 1) */
+        if (p == (unsigned long long)-1) { /* (and a BIGINT version's is below it) */
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "segments: entries are version * 2 + deleted");
             return -1;
         }
-        char tail[48];
-        int n = snprintf(tail, sizeof tail, "\\t%llu\\t%d", p >> 1, (int)(p & 1));
-        if (!first && put_raw(b, "\\n", 2) < 0) return -1;
-        if (PyLong_CheckExact(idx)) { /* an integer key: the idx `[key]` */
+        if (buf_grow(b, 64) < 0) return -1;
+        if (!first) {
+            memcpy(b->p + b->len, "\\n", 2);
+            b->len += 2;
+        }
+        first = 0;
+        long long key = 0;
+        if (PyLong_CheckExact(idx) && (key = PyLong_AsLongLongAndOverflow(idx, &big), !big) &&
+            !(key == -1 && PyErr_Occurred())) { /* an integer key: the idx `[key]` */
+            b->p[b->len++] = '[';
+            put_int(b, key);
+            b->p[b->len++] = ']';
+        } else if (PyLong_CheckExact(idx)) { /* beyond 64 bits */
+            PyErr_Clear();
             PyObject *digits = PyObject_Str(idx);
-            int rc = digits ? put_raw(b, "[", 1) : -1;
-            rc = rc < 0 ? -1 : put_text(b, digits);
+            int rc = digits && put_raw(b, "[", 1) == 0 ? put_text(b, digits) : -1;
             Py_XDECREF(digits);
             if (rc < 0 || put_raw(b, "]", 1) < 0) return -1;
         } else if (put_text(b, idx) < 0) {
             return -1;
         }
-        if (put_raw(b, tail, (size_t)n) < 0) return -1;
-        first = 0;
+        if (buf_grow(b, 48) < 0) return -1;
+        memcpy(b->p + b->len, "\\t", 2);
+        b->len += 2;
+        put_uint(b, p >> 1);
+        memcpy(b->p + b->len, (p & 1) ? "\\t1" : "\\t0", 3);
+        b->len += 3;
     }
     return put_raw(b, "\n", 1);
 }
@@ -239,6 +293,7 @@ static PyObject *render_segments(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"tag_inserts", tag_inserts, METH_VARARGS, "Tag entries of the inserts from events[start:], up to one it leaves."},
     {"render_segments", render_segments, METH_VARARGS, "A batch's segments as LOAD DATA text."},
+    {"rows_present", rows_present, METH_O, "Whether every insert and update carries its new row."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -250,6 +305,7 @@ PyMODINIT_FUNC PyInit__tagging(void) {
     s_new = PyUnicode_InternFromString("new");
     s_version = PyUnicode_InternFromString("version");
     s_insert = PyUnicode_InternFromString("insert");
-    if (!s_table || !s_op || !s_new || !s_version || !s_insert) return NULL;
+    s_delete = PyUnicode_InternFromString("delete");
+    if (!s_table || !s_op || !s_new || !s_version || !s_insert || !s_delete) return NULL;
     return PyModule_Create(&module);
 }

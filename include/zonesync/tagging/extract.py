@@ -55,6 +55,10 @@ def idx_text(values: list) -> str:
     return json.dumps(values, separators=(",", ":"), sort_keys=True, default=str)
 
 
+def _rows_present(events: list) -> bool:
+    return all(e.new is not None or e.op == DELETE for e in events)
+
+
 def idx_of(key) -> str:
     """A batch's idx key as stored: an integer key is one integer's idx."""
     return f"[{key}]" if type(key) is int else key
@@ -85,7 +89,7 @@ class Extractor:
         if type(raw) is bytes and raw[:1] == b"[":
             try:
                 events = self._decode(raw)
-                if events and all(e.new is not None or e.op == DELETE for e in events):
+                if events and (_rows_present(events) if _tagging is None else _tagging.rows_present(events)):
                     return events
             except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
                 pass

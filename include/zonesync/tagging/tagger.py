@@ -53,6 +53,7 @@ from zonesync.tagging.tag_store import TagStore
 log = logging.getLogger("zonesync.tagger")
 COMPACT_AT = 16  # segments appended to an entity's table before the tagger compacts it
 COMPACT_PER_BATCH = 200  # entities compacted with one batch, when the tagger is not behind
+FIRST_BATCH = 5_000  # events of a pass's first batch; each full batch doubles it, up to `batch`
 SWITCH_INTERVAL_S = 0.0005  # the process's GIL switch interval while a tagger runs (run())
 MAX_TRACKED = 1_000_000  # entities whose appends a pass counts (past it the counts restart)
 
@@ -73,6 +74,7 @@ class Tagger:
         self.due: set[tuple] = set()  # of those, appended to COMPACT_AT times
         self._source_of: dict = {}
         self._lsns: dict = {}
+        self._limit = FIRST_BATCH
         self.meta_outage = MetaOutage(f"tagger {zone}", log)
         self.stopping = False
         self.tagged = 0  # tag changes committed
@@ -115,6 +117,7 @@ class Tagger:
         self._source_of = {self.topic_of(s): s for s in self.sources}
         self._lsns = {key: lsn for key, (lsn, _) in state.items()}
         self.appended, self.due = {}, set()
+        self._limit = FIRST_BATCH  # batches grow to `batch`: the writer starts early, then keeps pace
         try:
             while not self.stopping and (deadline is None or time.monotonic() < deadline):
                 batch, positions, behind = self._take(consumer)  # step 2
@@ -156,7 +159,8 @@ class Tagger:
                 batch.add(events)
                 self._lsns[key] = events[-1].lsn
                 positions[key] = (self._lsns[key], msg.offset())
-            if batch.events >= self.batch:
+            if batch.events >= min(self.batch, self._limit):
+                self._limit *= 2
                 return batch, positions, True
             if not msgs and (positions or time.monotonic() >= ends):  # all there was: not behind
                 return batch, positions, False
