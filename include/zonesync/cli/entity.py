@@ -61,20 +61,33 @@ def cmd_entity_list(args) -> int:
 
 
 def cmd_entity_rows(args) -> int:
-    """Every row of the entity that zone ZONE's tag store knows: per-table counts, then keys."""
+    """Every row of the entity in zone ZONE: its tagged rows (the zone's tag store) and the
+    rows of forward-rule tables (fetched from their parents' keys): per-table counts, then keys."""
+    from zonesync.meta.store import MetaStore
     from zonesync.runtime.endpoints import zone_endpoint
+    from zonesync.tagging.locate import locate
+    from zonesync.tagging.rules import TagRules
     from zonesync.tagging.tag_store import TagStore
 
+    found = MetaStore(common.meta()).tags_at()
+    rules = found[1] if found else TagRules()
     ep = zone_endpoint(args.zone)
-    store = TagStore(ep.connect, ep.database)
-    rows = store.rows_of(args.type, args.id, args.limit)
+    conn = ep.connect()
+    try:
+        rows = locate(conn, TagStore(ep.connect, ep.database), rules, args.type, args.id)
+    finally:
+        conn.close()
     total = sum(len(v) for v in rows.values())
-    print(f"{args.type} {args.id} in zone {args.zone}'s tag store: {total} row(s)"
-          + (f" ({', '.join(f'{t} {len(v)}' for t, v in rows.items())})" if rows else ""))  # fmt: skip
+    forward = {r.table for r in rules.mysql if r.forward_table}
+    print(f"{args.type} {args.id} in zone {args.zone}: {total} row(s)"
+          + (f" ({', '.join(f'{t} {len(v)}' + (' by forward rule' if t in forward else '') for t, v in rows.items())})"
+             if rows else ""))  # fmt: skip
     if args.keys:
+        shown = 0
         for table, keys in rows.items():
-            for key in keys:
+            for key in keys[: max(0, args.limit - shown)]:
                 print(f"  {table} {key}")
+            shown += len(keys)
     return 0
 
 
@@ -106,12 +119,12 @@ def register(sub) -> None:
     lst.add_argument("--zone")
     lst.add_argument("--limit", type=int, default=1000)
     lst.set_defaults(func=cmd_entity_list)
-    rows = esub.add_parser("rows", help="the rows of an entity in a zone's tag store (per-table counts)")
+    rows = esub.add_parser("rows", help="every row of an entity in a zone: tagged and by forward rule (counts)")
     rows.add_argument("type")
     rows.add_argument("id")
     rows.add_argument("--zone", required=True)
     rows.add_argument("--keys", action="store_true", help="list each row's unique-key values too")
-    rows.add_argument("--limit", type=int, default=100_000)
+    rows.add_argument("--limit", type=int, default=100_000, help="keys listed at most (with --keys)")
     rows.set_defaults(func=cmd_entity_rows)
     reg = esub.add_parser("register", help="register a biz entity and its locating entities in a zone")
     reg.add_argument("type", help="the biz entity's type, e.g. tenant")

@@ -1,4 +1,5 @@
-"""`zonesync tags check | apply | show | diff`: tag rules (docs/tagging.md) in the meta store."""
+"""`zonesync tags check | apply | show | diff`: tag rules (docs/tagging.md) in the meta store;
+`zonesync tags compact --zone Z`: a zone's tag store folded to one segment per entity."""
 
 from __future__ import annotations
 
@@ -73,6 +74,22 @@ def cmd_tags_diff(args) -> int:
     return 0
 
 
+def cmd_tags_compact(args) -> int:
+    from zonesync.runtime.endpoints import zone_endpoint
+    from zonesync.tagging.tag_store import TagStore, load_connection
+
+    ep = zone_endpoint(args.zone)
+    store = TagStore(ep.connect, ep.database)
+    before = store.segment_count()
+    conn = load_connection(ep.host, ep.port, ep.user, ep.password, ep.database)
+    try:
+        groups = store.compact_all(conn)
+    finally:
+        conn.close()
+    print(f"zone {args.zone}: {groups} entity table(s) compacted, {before} -> {store.segment_count()} segment(s)")
+    return 0
+
+
 def register(sub) -> None:
     tags = sub.add_parser("tags", help="tag rules: which rows and KV keys belong to which entity")
     tsub = tags.add_subparsers(dest="tags_command", required=True, metavar="ACTION")
@@ -90,3 +107,6 @@ def register(sub) -> None:
     dif = tsub.add_parser("diff", help="what a tag rules file changes against the rules in force")
     dif.add_argument("file")
     dif.set_defaults(func=cmd_tags_diff)
+    cmp = tsub.add_parser("compact", help="fold a zone's tag store to one segment per entity and table")
+    cmp.add_argument("--zone", required=True)
+    cmp.set_defaults(func=cmd_tags_compact)
