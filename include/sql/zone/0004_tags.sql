@@ -19,12 +19,33 @@ CREATE TABLE IF NOT EXISTS zonesync.tag_segments (
 ) ENGINE=InnoDB;
 
 -- The last batch number written: each batch moves it on by one, compare-and-set, in the
--- batch's transaction (batch numbers order the fold; a second writer fails, never interleaves).
+-- batch's transaction (batch numbers order the fold; a second writer fails, never
+-- interleaves); and the tag rules version the tagger tags by (a backfill of a rule starts
+-- once the tagger has it: every change from then on is tagged live).
 CREATE TABLE IF NOT EXISTS zonesync.tag_writer (
     id              TINYINT      NOT NULL PRIMARY KEY,
-    last_batch      BIGINT       NOT NULL
+    last_batch      BIGINT       NOT NULL,
+    rules_version   BIGINT       NOT NULL DEFAULT 0
 ) ENGINE=InnoDB;
 INSERT IGNORE INTO zonesync.tag_writer (id, last_batch) VALUES (1, 0);
+
+-- The backfill's progress (spark_jobs/tag_backfill.py): a chunk of a table's key range
+-- done, committed in the same transaction as its segments (resume = skip these). Its
+-- segments are numbered below zero (-(start second * 10^6 + chunk)): a backfill never
+-- takes a number from the tagger's sequence, and its rows, read before the changes the
+-- tagger appends, fold before them.
+CREATE TABLE IF NOT EXISTS zonesync.tag_backfill (
+    run_id          VARCHAR(64)  NOT NULL,
+    repo            VARCHAR(64)  NOT NULL,
+    table_name      VARCHAR(64)  NOT NULL,
+    chunk_no        INT          NOT NULL,
+    plan_lo         BIGINT       NULL,      -- the run's first key: chunk n is plan_lo + n * chunk_rows ..
+    chunk_rows      INT          NOT NULL,  -- (kept so a resumed run cuts the same chunks)
+    batch_no        BIGINT       NOT NULL,
+    rows_tagged     BIGINT       NOT NULL,
+    done_at         TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (run_id, repo, table_name, chunk_no)
+) ENGINE=InnoDB;
 
 -- Session 18's tag store, a row per tag updated in place (a fifth of the rate the log
 -- takes): superseded; tags are rebuilt from the topics or by the backfill.

@@ -37,6 +37,7 @@ from typing import Any, Literal
 import msgspec
 
 from zonesync.events import DELETE, decode_message
+from zonesync.events import _encode as encode_value
 from zonesync.tagging.rules import TagRules
 
 try:  # the inserts' loop in C (zonesync/_tagging.c), when built (make setup builds it)
@@ -53,6 +54,21 @@ def idx_text(values: list) -> str:
     if len(values) == 1 and type(values[0]) is int:
         return f"[{values[0]}]"
     return json.dumps(values, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def row_tag(values: list, entity) -> tuple[str, str] | None:
+    """(idx, entity id) of a row read from its table (the backfill's), exactly as the tagger
+    makes them from the row's change events (whose values are encoded as events.encode_row
+    does); None when the row has no entity or its values are longer than the store keeps."""
+    values = [encode_value(v) for v in values]
+    entity = encode_value(entity)
+    if entity is None:
+        return None
+    idx = idx_of(values[0]) if len(values) == 1 and type(values[0]) is int else idx_text(values)
+    entity = entity if type(entity) is str else str(entity)
+    if len(idx) > MAX_IDX or len(entity) > MAX_ENTITY_ID:
+        return None
+    return idx, entity
 
 
 def _rows_present(events: list) -> bool:

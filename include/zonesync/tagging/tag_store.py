@@ -148,15 +148,25 @@ class TagStore:
         return int(self._query("SELECT COUNT(*) FROM zonesync.tag_segments WHERE repo = %s", (self.repo,))[0][0])
 
     # -- writes (on the caller's connection, one transaction) ------------------
-    def write(self, conn, segments: list, positions: dict, batch_no: int, compact: Iterable[tuple] = ()) -> None:
+    def rules_version(self) -> int:
+        """The tag rules version the zone's tagger last wrote a batch by."""
+        rows = self._query("SELECT rules_version FROM zonesync.tag_writer WHERE id = 1")
+        return int(rows[0][0]) if rows else 0
+
+    def write(self, conn, segments: list, positions: dict, batch_no: int, compact: Iterable[tuple] = (),
+              rules_version: int | None = None) -> None:  # fmt: skip
         """A batch's segments (extract.TagBatch.segments(): ((entity type, entity id, table),
         {idx: version * 2 + deleted})) as batch `batch_no`, the sources' new positions and
         the (entity type, id, table) to compact, in one transaction on `conn`
-        (committed here). Fails, writing nothing, unless `batch_no` follows the store's
-        last batch."""
+        (committed here), with the tag rules version the batch was made by. Fails,
+        writing nothing, unless `batch_no` follows the store's last batch."""
         with conn.cursor() as cur:
-            cur.execute("UPDATE zonesync.tag_writer SET last_batch = %s WHERE id = 1 AND last_batch = %s",
-                        (batch_no, batch_no - 1))  # fmt: skip
+            if rules_version is None:
+                cur.execute("UPDATE zonesync.tag_writer SET last_batch = %s WHERE id = 1 AND last_batch = %s",
+                            (batch_no, batch_no - 1))  # fmt: skip
+            else:
+                cur.execute("UPDATE zonesync.tag_writer SET last_batch = %s, rules_version = %s "
+                            "WHERE id = 1 AND last_batch = %s", (batch_no, rules_version, batch_no - 1))  # fmt: skip
             if cur.rowcount != 1:
                 conn.rollback()
                 raise RuntimeError(f"tag batch {batch_no}: the store's last batch is not {batch_no - 1} "

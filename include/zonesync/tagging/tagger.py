@@ -75,6 +75,7 @@ class Tagger:
         self._source_of: dict = {}
         self._lsns: dict = {}
         self._limit = FIRST_BATCH
+        self._announce = False
         self.meta_outage = MetaOutage(f"tagger {zone}", log)
         self.stopping = False
         self.tagged = 0  # tag changes committed
@@ -124,8 +125,9 @@ class Tagger:
                 segments = batch.segments()
                 self._count(segments)
                 compact = [] if behind else self._to_compact()
-                if positions or compact:
-                    writer.put(segments, positions, compact)
+                if positions or compact or self._announce:  # (a new rules version: written even when idle)
+                    writer.put(segments, positions, compact, self.rules_version)
+                    self._announce = False
                     self.tagged += batch.entries
                     self.untaggable += batch.untaggable
                 self._read_rules()  # step 4
@@ -199,6 +201,7 @@ class Tagger:
                      len(rules.mysql), len(rules.kv))  # fmt: skip
             self.rules, self.rules_version = rules, version
             self.extractor = Extractor(rules, self.repo)
+            self._announce = True  # the store says which version the tagger tags by (a backfill waits for it)
 
     def _alert(self, kind: str, detail: dict) -> None:
         log.error("tagger %s: %s %s", self.zone, kind, detail)
@@ -224,7 +227,7 @@ class _Writer:
             conn = self.connect()
             conn.autocommit(False)  # a batch's segments and positions: one transaction (tag_store.load_connection)
             while (item := self.queue.get()) is not None:
-                self.store.write(conn, item[0], item[1], self.batch_no + 1, item[2])
+                self.store.write(conn, item[0], item[1], self.batch_no + 1, item[2], item[3])
                 self.batch_no += 1
         except BaseException as exc:  # noqa: BLE001 - reported to the loop, which ends the pass
             self.failed = exc
@@ -234,10 +237,10 @@ class _Writer:
             if conn is not None:
                 conn.close()
 
-    def put(self, segments, positions, compact) -> None:
+    def put(self, segments, positions, compact, rules_version: int) -> None:
         if self.failed is not None:
             raise self.failed
-        self.queue.put((segments, positions, compact))
+        self.queue.put((segments, positions, compact, rules_version))
 
     def drain(self) -> None:
         """Every batch put so far written (a clean stop)."""

@@ -1,0 +1,135 @@
+"""The tag backfill (spark_jobs/tag_backfill.py): rows that existed before their table's
+tag rule are tagged by a Spark job, chunk by chunk, resumably, while live writes go on
+and the tagger tags them: at the end the tag store says exactly what the zone holds."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from spark_jobs import tag_backfill
+from tests.support.background import wait_until
+from tests.support.replication import wait_converged
+from tests.support.taggers import Taggers
+from zonesync.meta.store import MetaStore
+from zonesync.tagging.rules import parse
+from zonesync.tagging.tag_store import TagStore
+
+pytestmark = pytest.mark.integration
+
+TENANTS = {"mysql": [{"repo": "zonesync_app", "table": "tenants", "index_keys": ["tenant_id"],
+                      "entity": {"type": "tenant", "field": "tenant_id"}}]}  # fmt: skip
+ORDERS = {"repo": "zonesync_app", "table": "orders", "index_keys": ["order_id"],
+          "entity": {"type": "tenant", "field": "tenant_id"}}  # fmt: skip
+OLD_ORDERS = 600  # order_id = 20 * i: 12k keys, 12 chunks of 1000 (more once new orders come)
+
+
+def test_transform_makes_one_segment_per_chunk_and_entity(spark):
+    from pyspark.testing import assertDataFrameEqual
+
+    rows = spark.createDataFrame(
+        [(0, 5, 7, 11), (0, 6, 7, 12), (0, 8, None, 13), (1, 1005, 7, 14), (1, 1006, 9, 15)],
+        "chunk_no int, k0 bigint, entity bigint, version bigint",
+    )
+    expected = spark.createDataFrame(
+        [(0, "tenant", "7", "orders", "[5]\t11\t0\n[6]\t12\t0", 2),
+         (1, "tenant", "7", "orders", "[1005]\t14\t0", 1),
+         (1, "tenant", "9", "orders", "[1006]\t15\t0", 1)],
+        "chunk_no int, entity_type string, entity_id string, table_name string, entries string, rows_tagged bigint",
+    )  # fmt: skip
+    assertDataFrameEqual(tag_backfill.transform(rows, "tenant", "orders"), expected)
+
+
+def _args(zones, tmp_path, run_id: str, *extra: str):
+    return tag_backfill.parse_args([
+        "--run-id", run_id, "--zone", f"b=jdbc:mysql://127.0.0.1:{zones['b'].port}/zonesync_app",
+        "--zone-user", "b=root", "--output", str(tmp_path / f"{run_id}.json"), "--chunk-rows", "1000",
+        "--wait-tagger-s", "60", *extra,
+    ])  # fmt: skip
+
+
+def _live(store: TagStore, table: str) -> dict[str, str]:
+    live = [(r[1], r[3]) for r in store.dump() if r[0] == table and not r[5]]
+    assert len({idx for idx, _ in live}) == len(live), "a row tagged live in two entities"
+    return dict(live)
+
+
+def _rows(inst) -> dict[str, str]:
+    with inst.connect("zonesync_app").cursor() as cur:
+        cur.execute("SELECT order_id, tenant_id FROM orders")
+        return {f"[{o}]": str(t) for o, t in cur.fetchall()}
+
+
+def test_a_backfill_racing_live_writes_resumes_and_ends_with_exactly_the_zones_rows(
+    cluster, zones, meta, guard_env, spark, tmp_path
+):  # fmt: skip
+    meta.run("DELETE FROM locating_entities WHERE le_type = 'tenant'")
+    b = zones["b"]
+    with b.connect().cursor() as cur:
+        cur.execute("DELETE FROM zonesync.tag_segments")
+        cur.execute("DELETE FROM zonesync.tag_state")
+        cur.execute("DELETE FROM zonesync.tag_backfill")
+    store = TagStore(lambda: b.connect("zonesync_app"), "zonesync_app")
+    MetaStore(meta).publish_tags(parse(TENANTS), "test: tenants only")
+    guard, rng = guard_env("a"), random.Random(21)
+    for lo in range(0, OLD_ORDERS, 50):  # orders written before their rule exists
+        with guard.transaction() as tx:
+            for i in range(lo, lo + 50):
+                tx.insert("orders", {"order_id": 20 * i, "tenant_id": rng.randrange(400), "amount": 1})
+    taggers = Taggers(cluster, b, meta)
+    taggers.start()
+    try:
+        wait_converged(zones, ("orders",), timeout=60)
+        wait_until(lambda: taggers.caught_up(store), 60, "the tagger caught up")
+        assert _live(store, "orders") == {}  # no rule for orders yet: none tagged
+
+        MetaStore(meta).publish_tags(parse({"mysql": TENANTS["mysql"] + [ORDERS]}), "test: orders too")
+        stop, moved = threading.Event(), {"n": 0}
+
+        def load():  # moves and deletes old orders and writes new ones, all through the guard
+            next_id, old = 20 * OLD_ORDERS + 1, [20 * i for i in range(OLD_ORDERS)]
+            while not stop.is_set():
+                with guard.transaction() as tx:
+                    tx.update("orders", {"order_id": rng.choice(old)}, {"tenant_id": rng.randrange(400)})
+                    tx.insert("orders", {"order_id": next_id, "tenant_id": rng.randrange(400), "amount": 2})
+                    next_id += 1
+                if rng.random() < 0.2 and len(old) > OLD_ORDERS // 2:
+                    with guard.transaction() as tx:
+                        tx.delete("orders", {"order_id": old.pop(rng.randrange(len(old)))})
+                moved["n"] += 1
+
+        writer = threading.Thread(target=load, daemon=True)
+        writer.start()
+        try:
+            first = tag_backfill.run(spark, _args(zones, tmp_path, "race", "--stop-after", "5"))
+            assert first["tables"]["orders"]["chunks"] >= 12 and first["tables"]["tenants"]["chunks"] >= 1
+            assert len(tag_backfill.done_chunks(b.connect(), "race", "zonesync_app", "orders")) == 5
+            second = tag_backfill.run(spark, _args(zones, tmp_path, "race"))
+            chunks = second["tables"]["orders"]["chunks"]  # more than at first: new orders' keys come after
+            assert second["tables"]["orders"]["resumed_after"] == 5 and chunks >= first["tables"]["orders"]["chunks"]
+            assert len(tag_backfill.done_chunks(b.connect(), "race", "zonesync_app", "orders")) == chunks
+        finally:
+            stop.set()
+            writer.join(30)
+        assert moved["n"] > 10
+        wait_converged(zones, ("orders",), timeout=60)
+        wait_until(lambda: taggers.caught_up(store), 60, "the tagger caught up")
+        assert _live(store, "orders") == _rows(b)
+        assert len(_rows(b)) > OLD_ORDERS
+    finally:
+        taggers.stop()
+        with b.connect().cursor() as cur:
+            cur.execute("DELETE FROM zonesync.tag_segments")
+            cur.execute("DELETE FROM zonesync.tag_state")
+
+
+def test_bad_arguments_are_refused_in_one_line(zones, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        tag_backfill.parse_args(["--run-id", "x", "--output", "o", "--zone", "b=jdbc:mysql://h/d", "--table", "a;b"])
+    assert "--table 'a;b' is not a plain SQL identifier" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tag_backfill.parse_args(["--run-id", "x", "--output", "o", "--zone", "b=jdbc:mysql://h/d", "--zone",
+                                 "c=jdbc:mysql://h/d"])  # fmt: skip
+    assert "--zone: exactly one" in capsys.readouterr().err
