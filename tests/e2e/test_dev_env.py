@@ -70,9 +70,9 @@ def test_up_status_idempotent_crash_heal_down(dev_env, tmp_path):
     assert first.returncode == 0, first.stderr
     status = zs(dev_env, "dev", "status")
     assert status.returncode == 0, status.stdout
-    for name in ("meta", "zone-a", "zone-b", "zone-c", "broker", "replicator-a", "applier-c"):
+    for name in ("meta", "zone-a", "zone-b", "zone-c", "broker", "replicator-a", "applier-c", "tagger-b"):
         assert f"{name} " in status.stdout
-    assert status.stdout.count("healthy") == 11
+    assert status.stdout.count("healthy") == 14
     pids = _pids(dev_env)
 
     again = zs(dev_env, "dev", "up")  # harmless: nothing restarted

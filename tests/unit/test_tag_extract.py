@@ -216,3 +216,15 @@ def test_segments_render_as_load_data_text_the_same_in_c_and_python():
     )
     with pytest.raises(TypeError):
         render_segments([("bad", {})], "app", 1)
+
+
+def test_a_tagger_with_no_tag_rules_published_keeps_its_empty_rules(monkeypatch):
+    """No tag rules in meta yet (a new environment): the tagger tags nothing and says so
+    once per look, never fails its pass (MetaOutage.call gives True for a None result)."""
+    from zonesync.meta.store import MetaStore
+    from zonesync.tagging.tagger import Tagger
+
+    monkeypatch.setattr(MetaStore, "tags_at", lambda self, version=None: None)
+    tagger = Tagger("b", ["a"], connect=None, repo="app", meta=None, partitions=1)
+    tagger._read_rules(force=True)
+    assert tagger.rules_version == 0 and tagger.rules.mysql == () and tagger.extractor.tables == {}

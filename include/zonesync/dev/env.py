@@ -147,12 +147,15 @@ def up_broker(cfg: EnvConfig) -> None:
         raise EnvError(f"the dev broker did not start ({state}): see {cfg.log_dir / 'broker.log'}")
 
 
+WORKER_COMMANDS = {"replicator": "replicate", "applier": "apply", "tagger": "tag"}
+
+
 def worker_names(cfg: EnvConfig) -> list[str]:
-    return [f"{kind}-{z.name}" for z in cfg.zones for kind in ("replicator", "applier")]
+    return [f"{kind}-{z.name}" for z in cfg.zones for kind in WORKER_COMMANDS]
 
 
 def up_workers(cfg: EnvConfig) -> None:
-    """One replicator and one applier per zone, each its own process group."""
+    """One replicator, one applier and one tagger per zone, each its own process group."""
     env = dict(os.environ)
     env.update(
         {
@@ -169,7 +172,7 @@ def up_workers(cfg: EnvConfig) -> None:
         if current and current.alive():
             continue
         kind, zone = name.split("-", 1)
-        command = "replicate" if kind == "replicator" else "apply"
+        command = WORKER_COMMANDS[kind]
         argv = [sys.executable, "-m", "zonesync.cli", command, "--zone", zone]
         procs.spawn(cfg.run_dir, cfg.log_dir, name, argv, f"{command} --zone {zone}", env=env)
     _wait_replicators_positioned(cfg)

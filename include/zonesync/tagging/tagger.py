@@ -193,7 +193,7 @@ class Tagger:
             return
         self._last_rules = now
         found = self.meta_outage.call(MetaStore(self.meta).tags_at, default=False)
-        if found is False or found is True:  # meta down (kept what it had) / no tag rules yet
+        if found is False or found is True:  # meta down (kept what it had) / no tag rules (None -> True)
             return
         version, rules = found
         if version != self.rules_version:
