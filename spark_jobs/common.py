@@ -107,19 +107,26 @@ def read_table_partitioned(spark, url: str, props: dict, table: str, key: str, p
     )
 
 
+def connect_kwargs(url: str, props: dict) -> dict:
+    """pymysql.connect's arguments for the zone a jdbc:mysql://host:port/db URL names, with
+    the JDBC properties' user and password: plain values, for code that runs on executors
+    (which import neither this package nor the job's module)."""
+    parsed = urllib.parse.urlparse(url[len("jdbc:") :])
+    return {
+        "host": parsed.hostname,
+        "port": parsed.port or 3306,
+        "user": props.get("user", "root"),
+        "password": props.get("password", ""),
+        "database": parsed.path.lstrip("/") or None,
+        "autocommit": False,
+        "init_command": "SET time_zone = '+00:00'",
+        "connect_timeout": 10,
+    }
+
+
 def db_connect(url: str, props: dict):
     """A DB-API connection (the driver's own statements: planning, merges) to the zone a
     jdbc:mysql://host:port/db URL names, with the JDBC properties' user and password."""
     import pymysql
 
-    parsed = urllib.parse.urlparse(url[len("jdbc:") :])
-    return pymysql.connect(
-        host=parsed.hostname,
-        port=parsed.port or 3306,
-        user=props.get("user", "root"),
-        password=props.get("password", ""),
-        database=parsed.path.lstrip("/") or None,
-        autocommit=False,
-        init_command="SET time_zone = '+00:00'",
-        connect_timeout=10,
-    )
+    return pymysql.connect(**connect_kwargs(url, props))

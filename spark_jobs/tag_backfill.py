@@ -31,7 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by spark-submit as a file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spark_jobs.common import add_zone_args, build_session, db_connect, zone_props  # noqa: E402
+from spark_jobs.common import add_zone_args, build_session, connect_kwargs, db_connect, zone_props  # noqa: E402
 from zonesync.sql_names import is_ident, quote  # noqa: E402
 
 INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "bigint")
@@ -200,15 +200,17 @@ def load(segments, url: str, props: dict, run_id: str, repo: str, plan: dict, st
     grouped = segments.repartition(max(1, len(chunk_nos)), "chunk_no")
     table, mark = plan["table"], (plan["lo"], plan["chunk_rows"])
 
+    kwargs = connect_kwargs(url, props)  # (executors import neither spark_jobs nor this module)
+
     def write(rows):
-        from spark_jobs.common import db_connect as connect
+        import pymysql
 
         by_chunk: dict[int, list] = {}
         for r in rows:
             by_chunk.setdefault(r["chunk_no"], []).append(r)
         if not by_chunk:
             return
-        conn = connect(url, props)
+        conn = pymysql.connect(**kwargs)
         try:
             for chunk_no, part in sorted(by_chunk.items()):
                 _write_chunk(conn, part, (run_id, repo, table, chunk_no, *mark), batch_number(started_s, chunk_no))

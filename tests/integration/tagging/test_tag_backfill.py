@@ -133,3 +133,74 @@ def test_bad_arguments_are_refused_in_one_line(zones, tmp_path, capsys):
         tag_backfill.parse_args(["--run-id", "x", "--output", "o", "--zone", "b=jdbc:mysql://h/d", "--zone",
                                  "c=jdbc:mysql://h/d"])  # fmt: skip
     assert "--zone: exactly one" in capsys.readouterr().err
+
+
+KILL_ROWS = 30_000
+
+
+@pytest.fixture
+def older_rows(zones, meta):
+    """Zone c: 30k orders older than their rule, its tagger (not run here) on the rules."""
+    c = zones["c"]
+    version = MetaStore(meta).publish_tags(parse({"mysql": [ORDERS]}), "test: the backfill killed")
+    with c.connect("zonesync_app").cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("DELETE FROM orders")
+        for lo in range(1, KILL_ROWS + 1, 5000):
+            cur.executemany("INSERT INTO orders (order_id, tenant_id, amount, _zs_version) VALUES (%s, %s, 1, 9)",
+                            [(i, i % 50) for i in range(lo, lo + 5000)])  # fmt: skip
+        cur.execute("DELETE FROM zonesync.tag_segments")
+        cur.execute("DELETE FROM zonesync.tag_backfill")
+        cur.execute("UPDATE zonesync.tag_writer SET rules_version = %s WHERE id = 1", (version,))
+    yield c
+    with c.connect("zonesync_app").cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("DELETE FROM orders")
+        cur.execute("DELETE FROM zonesync.tag_segments")
+
+
+@pytest.mark.slow
+def test_a_backfill_killed_mid_way_on_a_standalone_cluster_resumes_and_tags_each_row_once(
+    older_rows, meta, standalone, tmp_path
+):  # fmt: skip
+    """spark-submit to a standalone master and worker, SIGKILL to the driver's process
+    group once a few chunks are marked, the same run submitted again: it skips the marked
+    chunks, every chunk is written once, and the store holds exactly the zone's rows."""
+    import os
+    import signal
+    from pathlib import Path
+
+    from tests.support.rules import meta_url
+    from tests.support.spark_cluster import submit
+
+    job = Path(tag_backfill.__file__)
+    args = ["--run-id", "killed", "--zone", f"c=jdbc:mysql://127.0.0.1:{older_rows.port}/zonesync_app",
+            "--zone-user", "c=root", "--chunk-rows", "1000", "--meta", meta_url(meta),
+            "--output", str(tmp_path / "out.json")]  # fmt: skip
+
+    def marked() -> int:
+        return len(tag_backfill.done_chunks(older_rows.connect(), "killed", "zonesync_app", "orders"))
+
+    first = submit(job, args, standalone.url, tmp_path / "first.log")
+    try:
+        wait_until(lambda: marked() >= 4 or first.poll() is not None, 180, "4 chunks marked")
+        assert first.poll() is None, (
+            f"the job ended before it was killed: {(tmp_path / 'first.log').read_text()[-2000:]}"
+        )
+        os.killpg(first.pid, signal.SIGKILL)
+    finally:
+        first.wait(30)
+    before = marked()
+    assert 4 <= before < 30, f"{before} of 30 chunks marked when killed: kill it earlier"
+    second = submit(job, args, standalone.url, tmp_path / "second.log")
+    assert second.wait(300) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    with older_rows.connect().cursor() as cur:
+        cur.execute("SELECT COUNT(*), SUM(rows_tagged) FROM zonesync.tag_backfill WHERE run_id = 'killed'")
+        chunks, tagged = cur.fetchone()
+    assert (chunks, int(tagged)) == (30, KILL_ROWS)  # each chunk written once
+    store = TagStore(lambda: older_rows.connect("zonesync_app"), "zonesync_app")
+    assert _live(store, "orders") == {f"[{i}]": str(i % 50) for i in range(1, KILL_ROWS + 1)}
+    import json
+
+    # (the executors outlive the driver's process group: a chunk or two may commit after the kill)
+    assert json.loads((tmp_path / "out.json").read_text())["tables"]["orders"]["resumed_after"] >= before
