@@ -56,8 +56,8 @@ def locate(conn, store, rules: TagRules, entity_type: str, entity_id: str) -> di
         keys = found.get(parent.table, [])
         child_cols = list(rule.forward_columns)
         parent_cols = [rule.forward_columns[c] for c in child_cols]
-        values = _column_values(conn, repo, parent.table, parent.index_keys, keys, parent_cols)
-        rows = _keys_where(conn, repo, rule.table, child_cols, values, rule.index_keys)
+        values = column_values(conn, repo, parent.table, parent.index_keys, keys, parent_cols)
+        rows = keys_where(conn, repo, rule.table, child_cols, values, rule.index_keys)
         if rows:
             found[rule.table] = sorted(rows)
     return {t: found[t] for t in sorted(found) if found[t]}
@@ -70,7 +70,7 @@ def _in_list(columns: list[str], count: int) -> tuple[str, str]:
     return f"({cols})", ", ".join([one] * count)
 
 
-def _column_values(conn, repo: str, table: str, key_cols, keys: list[str], columns: list[str]) -> set[tuple]:
+def column_values(conn, repo: str, table: str, key_cols, keys: list[str], columns: list[str]) -> set[tuple]:
     """The `columns` of the rows of `table` whose unique key (`key_cols`) is one of `keys`
     (idx texts), rows with a NULL among them left out."""
     out: set[tuple] = set()
@@ -86,7 +86,7 @@ def _column_values(conn, repo: str, table: str, key_cols, keys: list[str], colum
     return out
 
 
-def _keys_where(conn, repo: str, table: str, columns: list[str], values: set[tuple], key_cols) -> set[str]:
+def keys_where(conn, repo: str, table: str, columns: list[str], values: set[tuple], key_cols) -> set[str]:
     """idx of the rows of `table` whose `columns` hold one of `values`."""
     out: set[str] = set()
     ordered = sorted(values, key=repr)
