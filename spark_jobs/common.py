@@ -107,6 +107,24 @@ def read_table_partitioned(spark, url: str, props: dict, table: str, key: str, p
     )
 
 
+def meta_config(args):
+    """The meta store of a job's `--meta` URL (its password from the environment), or the
+    environment's (ZONESYNC_META_URL, the dev env's)."""
+    from zonesync.meta.db import MetaConfig
+
+    env = dict(os.environ)
+    if getattr(args, "meta", None):
+        env["ZONESYNC_META_URL"] = args.meta
+    return MetaConfig.from_env(env)
+
+
+def tag_rules(args):
+    """(version, TagRules) in force in the job's meta store, or None when none is published."""
+    from zonesync.meta.store import MetaStore
+
+    return MetaStore(meta_config(args)).tags_at()
+
+
 def connect_kwargs(url: str, props: dict) -> dict:
     """pymysql.connect's arguments for the zone a jdbc:mysql://host:port/db URL names, with
     the JDBC properties' user and password: plain values, for code that runs on executors

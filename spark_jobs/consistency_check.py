@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run by spark-submit as a file
 
 from spark_jobs.check_table import TableCheck  # noqa: E402
 from spark_jobs.check_zones import zone_endpoints  # noqa: E402
-from spark_jobs.common import add_zone_args, build_session, zone_props  # noqa: E402
+from spark_jobs.common import add_zone_args, build_session, meta_config, zone_props  # noqa: E402
 from zonesync.sql_names import is_ident  # noqa: E402
 
 
@@ -67,17 +67,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_lag_s < 0 or args.settle_timeout_s <= 0:
         parser.error("--max-lag-s: 0 or more; --settle-timeout-s: more than 0")
     return args
-
-
-def meta_config(args):
-    import os
-
-    from zonesync.meta.db import MetaConfig
-
-    env = dict(os.environ)
-    if args.meta:
-        env["ZONESYNC_META_URL"] = args.meta
-    return MetaConfig.from_env(env)
 
 
 def start(args, log=print) -> tuple:

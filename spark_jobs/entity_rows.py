@@ -24,7 +24,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by spark-submit as a file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spark_jobs.common import add_zone_args, build_session, connect_kwargs, zone_props  # noqa: E402
+from spark_jobs.common import add_zone_args, build_session, connect_kwargs, tag_rules, zone_props  # noqa: E402
+from zonesync.tagging.rules import TagRules  # noqa: E402
 
 CHUNK = 1000  # parent keys per forward query
 
@@ -117,24 +118,11 @@ def _children(part, spec, kwargs):
         conn.close()
 
 
-def rules_in_force(args):
-    import os
-
-    from zonesync.meta.db import MetaConfig
-    from zonesync.meta.store import MetaStore
-    from zonesync.tagging.rules import TagRules
-
-    env = dict(os.environ)
-    if args.meta:
-        env["ZONESYNC_META_URL"] = args.meta
-    found = MetaStore(MetaConfig.from_env(env)).tags_at()
-    return found[1] if found else TagRules()
-
-
 def run(spark, args) -> dict:
     ((zone, (url, props)),) = zone_props(args).items()
     repo = url.rsplit("/", 1)[1].split("?")[0]
-    rules = rules_in_force(args)
+    found = tag_rules(args)
+    rules = found[1] if found else TagRules()
     rows = fold(extract(spark, url, props, repo, args.entity_type, args.entity_id))
     rows = forward(spark, rows.cache(), rules, repo, connect_kwargs(url, props)).cache()
     counts = {r["table_name"]: r["count"] for r in rows.groupBy("table_name").count().collect()}

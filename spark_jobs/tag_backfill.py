@@ -31,7 +31,14 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by spark-submit as a file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spark_jobs.common import add_zone_args, build_session, connect_kwargs, db_connect, zone_props  # noqa: E402
+from spark_jobs.common import (  # noqa: E402
+    add_zone_args,
+    build_session,
+    connect_kwargs,
+    db_connect,
+    tag_rules,
+    zone_props,
+)
 from zonesync.sql_names import is_ident, quote  # noqa: E402
 
 INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "bigint")
@@ -63,15 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def rules_in_force(args):
     """(version, TagRules) from meta."""
-    import os
-
-    from zonesync.meta.db import MetaConfig
-    from zonesync.meta.store import MetaStore
-
-    env = dict(os.environ)
-    if args.meta:
-        env["ZONESYNC_META_URL"] = args.meta
-    found = MetaStore(MetaConfig.from_env(env)).tags_at()
+    found = tag_rules(args)
     if found is None:
         raise SystemExit("no tag rules published: `zonesync tags apply FILE --reason ...` first")
     return found

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zonesync.meta.store import MetaStore
-from zonesync.tagging.rules import parse
+from tests.support.taggers import clear_orders, older_orders
 from zonesync.tagging.tag_store import TagStore
 
 pytestmark = [pytest.mark.dags, pytest.mark.integration, pytest.mark.slow]
@@ -27,23 +26,9 @@ def dag():
 
 @pytest.fixture
 def zone_c(zones, meta):
-    c = zones["c"]
-    version = MetaStore(meta).publish_tags(parse(RULES), "test: the backfill DAG")
-    with c.connect("zonesync_app").cursor() as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute("DELETE FROM orders")
-        cur.executemany("INSERT INTO orders (order_id, tenant_id, amount, _zs_version) VALUES (%s, %s, 1, 7)",
-                        [(i, i % 3) for i in range(1, 301)])  # fmt: skip
-        cur.execute("DELETE FROM zonesync.tag_segments")
-        cur.execute("DELETE FROM zonesync.tag_backfill")
-        # zone c's tagger, which these tests do not run, would have written this with its
-        # first batch under the new rules: the job waits for it
-        cur.execute("UPDATE zonesync.tag_writer SET rules_version = %s WHERE id = 1", (version,))
-    yield c
-    with c.connect("zonesync_app").cursor() as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute("DELETE FROM orders")
-        cur.execute("DELETE FROM zonesync.tag_segments")
+    older_orders(zones["c"], meta, RULES, 300, 3, "test: the backfill DAG")
+    yield zones["c"]
+    clear_orders(zones["c"])
 
 
 def test_the_dag_backfills_a_zones_older_rows(airflow_db, zone_c, dag):

@@ -33,3 +33,36 @@ class Taggers:
     def caught_up(self, store) -> bool:
         return store.caught_up(topic_ends(self.cluster.bootstrap(), self.cluster.topic, list(ZONES),
                                           self.cluster.partitions))  # fmt: skip
+
+
+def live_tags(store, table: str) -> dict[str, str]:
+    """idx -> entity id of the table's live tags in a TagStore (an idx live in two entities fails)."""
+    live = [(r[1], r[3]) for r in store.dump() if r[0] == table and not r[5]]
+    assert len({idx for idx, _ in live}) == len(live), "a row tagged live in two entities"
+    return dict(live)
+
+
+def older_orders(inst, meta, rules_doc: dict, rows: int, tenants: int, reason: str) -> None:
+    """Orders 1..rows (tenant = id mod tenants) written straight into a zone, older than the
+    tag rules `rules_doc` published now; the zone's store emptied and its tag_writer on the
+    new version, as the zone's tagger (which the caller does not run) would have it."""
+    from zonesync.meta.store import MetaStore
+    from zonesync.tagging.rules import parse
+
+    version = MetaStore(meta).publish_tags(parse(rules_doc), reason)
+    with inst.connect("zonesync_app").cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("DELETE FROM orders")
+        for lo in range(1, rows + 1, 5000):
+            cur.executemany("INSERT INTO orders (order_id, tenant_id, amount, _zs_version) VALUES (%s, %s, 1, 9)",
+                            [(i, i % tenants) for i in range(lo, min(lo + 5000, rows + 1))])  # fmt: skip
+        cur.execute("DELETE FROM zonesync.tag_segments")
+        cur.execute("DELETE FROM zonesync.tag_backfill")
+        cur.execute("UPDATE zonesync.tag_writer SET rules_version = %s WHERE id = 1", (version,))
+
+
+def clear_orders(inst) -> None:
+    with inst.connect("zonesync_app").cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("DELETE FROM orders")
+        cur.execute("DELETE FROM zonesync.tag_segments")

@@ -167,21 +167,7 @@ class TagBatch:
                 self._put(by_entity, old, multi, packed | 1)
             if new is None:
                 continue
-            entity, value = new[-1], new[0]
-            if multi or type(value) is not int or type(entity) not in (int, str) or _UNSET in new:
-                self.untaggable += not self._put(by_entity, new, multi, packed)
-                continue
-            # the common row: one integer key (its idx kept as the integer), an integer or text entity
-            idx = value
-            group = by_entity.get(entity)
-            if group is None:
-                by_entity[entity] = group = {}
-            seen = group.get(idx)
-            if seen is None:
-                self.entries += 1
-                group[idx] = packed
-            elif seen <= packed | 1:  # not newer than this change
-                group[idx] = packed
+            self.untaggable += not self._put(by_entity, new, multi, packed)
 
     def _put(self, by_entity: dict, values: tuple, multi: bool, packed: int) -> bool:
         """One entry, any shape of key and entity; False when the image lacks them (or they
@@ -205,7 +191,7 @@ class TagBatch:
         if seen is None:
             self.entries += 1
             group[idx] = packed
-        elif seen <= packed | 1:
+        elif seen <= packed | 1:  # not newer than this change
             group[idx] = packed
         return True
 

@@ -73,6 +73,13 @@ def zone_b(zones, meta):
     conn.close()
 
 
+def _take_out_order_71(b, store) -> None:
+    """Order 71 leaves tenant 7 (a deleted entry in a later segment)."""
+    load = load_connection("127.0.0.1", b.port, "root", "", "zonesync_app")
+    store.write(load, [(("tenant", "7", "orders"), {71: 7 << 1 | 1})], {}, store.last_batch() + 1)
+    load.close()
+
+
 def test_an_entity_spanning_four_tables_through_forward_rules_is_found_whole(zone_b, capsys):
     b, rules, store = zone_b
     assert [r.table for r in forward_order(rules, "zonesync_app")] == ["loc_notes", "loc_replies"]
@@ -101,9 +108,7 @@ def test_a_later_segment_takes_a_row_out_and_compaction_changes_no_answer(zone_b
     and replies leave the tenant's rows; `zonesync tags compact` folds the segments and
     every answer stays the same."""
     b, rules, store = zone_b
-    load = load_connection("127.0.0.1", b.port, "root", "", "zonesync_app")
-    store.write(load, [(("tenant", "7", "orders"), {71: 7 << 1 | 1})], {}, store.last_batch() + 1)
-    load.close()
+    _take_out_order_71(b, store)
     conn = b.connect("zonesync_app")
     try:
         before = locate(conn, store, rules, "tenant", "7")
@@ -129,9 +134,7 @@ def test_the_spark_job_finds_the_same_rows(zone_b, spark, meta, tmp_path):
     from tests.support.rules import meta_url
 
     b, rules, store = zone_b
-    load = load_connection("127.0.0.1", b.port, "root", "", "zonesync_app")
-    store.write(load, [(("tenant", "7", "orders"), {71: 7 << 1 | 1})], {}, store.last_batch() + 1)
-    load.close()
+    _take_out_order_71(b, store)
     conn = b.connect("zonesync_app")
     try:
         expected = locate(conn, store, rules, "tenant", "7")

@@ -12,7 +12,7 @@ import pytest
 from spark_jobs import tag_backfill
 from tests.support.background import wait_until
 from tests.support.replication import wait_converged
-from tests.support.taggers import Taggers
+from tests.support.taggers import Taggers, clear_orders, live_tags, older_orders
 from zonesync.meta.store import MetaStore
 from zonesync.tagging.rules import parse
 from zonesync.tagging.tag_store import TagStore
@@ -50,12 +50,6 @@ def _args(zones, tmp_path, run_id: str, *extra: str):
     ])  # fmt: skip
 
 
-def _live(store: TagStore, table: str) -> dict[str, str]:
-    live = [(r[1], r[3]) for r in store.dump() if r[0] == table and not r[5]]
-    assert len({idx for idx, _ in live}) == len(live), "a row tagged live in two entities"
-    return dict(live)
-
-
 def _rows(inst) -> dict[str, str]:
     with inst.connect("zonesync_app").cursor() as cur:
         cur.execute("SELECT order_id, tenant_id FROM orders")
@@ -83,7 +77,7 @@ def test_a_backfill_racing_live_writes_resumes_and_ends_with_exactly_the_zones_r
     try:
         wait_converged(zones, ("orders",), timeout=60)
         wait_until(lambda: taggers.caught_up(store), 60, "the tagger caught up")
-        assert _live(store, "orders") == {}  # no rule for orders yet: none tagged
+        assert live_tags(store, "orders") == {}  # no rule for orders yet: none tagged
 
         MetaStore(meta).publish_tags(parse({"mysql": TENANTS["mysql"] + [ORDERS]}), "test: orders too")
         stop, moved = threading.Event(), {"n": 0}
@@ -116,7 +110,7 @@ def test_a_backfill_racing_live_writes_resumes_and_ends_with_exactly_the_zones_r
         assert moved["n"] > 10
         wait_converged(zones, ("orders",), timeout=60)
         wait_until(lambda: taggers.caught_up(store), 60, "the tagger caught up")
-        assert _live(store, "orders") == _rows(b)
+        assert live_tags(store, "orders") == _rows(b)
         assert len(_rows(b)) > OLD_ORDERS
     finally:
         taggers.stop()
@@ -141,22 +135,9 @@ KILL_ROWS = 30_000
 @pytest.fixture
 def older_rows(zones, meta):
     """Zone c: 30k orders older than their rule, its tagger (not run here) on the rules."""
-    c = zones["c"]
-    version = MetaStore(meta).publish_tags(parse({"mysql": [ORDERS]}), "test: the backfill killed")
-    with c.connect("zonesync_app").cursor() as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute("DELETE FROM orders")
-        for lo in range(1, KILL_ROWS + 1, 5000):
-            cur.executemany("INSERT INTO orders (order_id, tenant_id, amount, _zs_version) VALUES (%s, %s, 1, 9)",
-                            [(i, i % 50) for i in range(lo, lo + 5000)])  # fmt: skip
-        cur.execute("DELETE FROM zonesync.tag_segments")
-        cur.execute("DELETE FROM zonesync.tag_backfill")
-        cur.execute("UPDATE zonesync.tag_writer SET rules_version = %s WHERE id = 1", (version,))
-    yield c
-    with c.connect("zonesync_app").cursor() as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute("DELETE FROM orders")
-        cur.execute("DELETE FROM zonesync.tag_segments")
+    older_orders(zones["c"], meta, {"mysql": [ORDERS]}, KILL_ROWS, 50, "test: the backfill killed")
+    yield zones["c"]
+    clear_orders(zones["c"])
 
 
 @pytest.mark.slow
@@ -199,7 +180,7 @@ def test_a_backfill_killed_mid_way_on_a_standalone_cluster_resumes_and_tags_each
         chunks, tagged = cur.fetchone()
     assert (chunks, int(tagged)) == (30, KILL_ROWS)  # each chunk written once
     store = TagStore(lambda: older_rows.connect("zonesync_app"), "zonesync_app")
-    assert _live(store, "orders") == {f"[{i}]": str(i % 50) for i in range(1, KILL_ROWS + 1)}
+    assert live_tags(store, "orders") == {f"[{i}]": str(i % 50) for i in range(1, KILL_ROWS + 1)}
     import json
 
     # (the executors outlive the driver's process group: a chunk or two may commit after the kill)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.background import wait_until
-from tests.support.taggers import Taggers
+from tests.support.taggers import Taggers, live_tags
 from zonesync.meta.store import MetaStore
 from zonesync.tagging.rules import parse
 from zonesync.tagging.tag_store import TagStore, load_connection
@@ -108,13 +108,6 @@ def test_every_zones_rows_are_tagged_moved_and_deleted_and_a_restart_changes_not
     assert _tags(zones["b"]) == expected
 
 
-def _live_tags(inst, table: str) -> dict[str, str]:
-    """idx -> entity id of the table's live tags (an idx live in two entities fails)."""
-    live = [(r[1], r[3]) for r in _tags(inst) if r[0] == table and not r[5]]
-    assert len({idx for idx, _ in live}) == len(live), "a row tagged live in two entities"
-    return dict(live)
-
-
 def _rows(inst) -> dict[str, str]:
     with inst.connect("zonesync_app").cursor() as cur:
         cur.execute("SELECT order_id, tenant_id FROM orders")
@@ -170,7 +163,9 @@ def test_a_tagger_killed_mid_load_converges_with_no_lost_or_extra_tag(taggers, g
         wait_until(lambda: taggers.caught_up(store), 60, "the last tagger caught up")
         assert done["writes"] > 50
         rows = _rows(zones["b"])
-        assert _live_tags(zones["b"], "orders") == rows, log.read_text()[-3000:]
+        assert live_tags(TagStore(lambda: zones["b"].connect("zonesync_app"), "zonesync_app"), "orders") == rows, (
+            log.read_text()[-3000:]
+        )
     finally:
         child.send_signal(signal.SIGTERM)
         child.wait(20)
