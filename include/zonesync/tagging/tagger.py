@@ -88,15 +88,20 @@ class Tagger:
     def run(self, max_seconds: float | None = None) -> None:
         # The writer thread takes the GIL a dozen times a batch (each socket call gives it
         # back); a thread waiting for it waits the switch interval (5 ms by default) before
-        # asking the loop, which runs C for most of that time, to let go: 0.5 ms here.
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
-        deadline = None if max_seconds is None else time.monotonic() + max_seconds
-        while not self.stopping and (deadline is None or time.monotonic() < deadline):
-            try:
-                self._pass(deadline)
-            except Exception as exc:  # noqa: BLE001 - any failure: a fresh pass from tag_state
-                log.warning("tagger %s: pass ended (%s): starting again from tag_state", self.zone, exc)
-                time.sleep(0.5)
+        # asking the loop, which runs C for most of that time, to let go: 0.5 ms while the
+        # tagger runs (the setting is the process's: given back when it stops).
+        before = sys.getswitchinterval()
+        sys.setswitchinterval(min(before, SWITCH_INTERVAL_S))
+        try:
+            deadline = None if max_seconds is None else time.monotonic() + max_seconds
+            while not self.stopping and (deadline is None or time.monotonic() < deadline):
+                try:
+                    self._pass(deadline)
+                except Exception as exc:  # noqa: BLE001 - any failure: a fresh pass from tag_state
+                    log.warning("tagger %s: pass ended (%s): starting again from tag_state", self.zone, exc)
+                    time.sleep(0.5)
+        finally:
+            sys.setswitchinterval(before)
 
     # -- step 1 ---------------------------------------------------------------
     def _open(self, positions: dict) -> Consumer:
