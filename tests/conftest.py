@@ -28,13 +28,14 @@ ZONES = "a,b,c"
 def _make_test_config() -> config.EnvConfig:
     state = Path(tempfile.mkdtemp(prefix="zonesync-test-"))
     names = ZONES.split(",")
-    base = procs.free_port_block(len(names) + 2)
+    base = procs.free_port_block(2 * len(names) + 2)  # meta, zones, Airflow, the zones' Redis
     return config.load(
         {
             "ZONESYNC_STATE_DIR": str(state),
             "ZONESYNC_ZONES": ZONES,
             "ZONESYNC_BASE_PORT": str(base),
             "ZONESYNC_AIRFLOW_PORT": str(base + len(names) + 1),
+            "ZONESYNC_KV_BASE_PORT": str(base + len(names) + 1),  # zone i's Redis at kv base + i
             "ZONESYNC_KAFKA_PARTITIONS": "8",
             "ZONESYNC_WITH_AIRFLOW": "0",
             "ZONESYNC_WITH_WORKERS": "0",
@@ -81,6 +82,15 @@ def meta(zones, test_cfg):
     from zonesync.dev import env
 
     return env.meta_config(test_cfg)
+
+
+@pytest.fixture(scope="session")
+def kv_stores(test_cfg):
+    """Each zone's private redis-server (its KV repos): zone name -> dev.redis.RedisInstance."""
+    from zonesync.dev import env
+
+    env.up_kv(test_cfg)
+    yield {z.name: inst for z, inst in zip(test_cfg.zones, env.kv_instances(test_cfg), strict=True)}
 
 
 @pytest.fixture(scope="session")

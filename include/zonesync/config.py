@@ -10,6 +10,7 @@ MariaDB on 3306). Defaults are the embedded local setup `make demo` uses.
 | ZONESYNC_STATE_DIR        | ./.zonesync    | datadirs, pids, logs, broker bootstrap     |
 | ZONESYNC_ZONES            | a,b,c          | zone names; ids are 1..N in this order     |
 | ZONESYNC_BASE_PORT        | 23306          | meta = base, zone i = base + i             |
+| ZONESYNC_KV_BASE_PORT     | base + 60      | zone i's Redis (its KV repos) = kv base + i|
 | ZONESYNC_AIRFLOW_PORT     | 28080          | Airflow API server / UI on 127.0.0.1       |
 | ZONESYNC_KAFKA_PARTITIONS | 32             | partitions of topics the dev broker creates|
 | ZONESYNC_WITH_AIRFLOW     | 1              | 0: no Airflow                              |
@@ -45,10 +46,15 @@ class Zone:
     id: int
     name: str
     port: int
+    kv_port: int = 0  # the zone's private redis-server in the dev env (its KV repos)
 
     @property
     def instance(self) -> str:
         return f"zone-{self.name}"
+
+    @property
+    def kv_instance(self) -> str:
+        return f"kv-{self.name}"
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,11 @@ class EnvConfig:
     kafka_partitions: int
     with_airflow: bool = True
     with_workers: bool = True
+
+    @property
+    def kv_base_port(self) -> int:
+        """ZONESYNC_KV_BASE_PORT: zone i's Redis listens on this + i."""
+        return self.zones[0].kv_port - self.zones[0].id
 
     @property
     def run_dir(self) -> Path:
@@ -127,7 +138,11 @@ def load(env: dict | None = None) -> EnvConfig:
             f"ZONESYNC_BASE_PORT={base} would put a zone on 3306, the machine's own MariaDB: "
             "pick a base port away from it"
         )
-    zones = tuple(Zone(i, n, base + i) for i, n in enumerate(names, start=1))
+    kv_base = _int_env(env, "ZONESYNC_KV_BASE_PORT", base + 60, 1024, 65000)
+    if kv_base <= 6379 < kv_base + len(names) + 1:
+        raise ConfigError(f"ZONESYNC_KV_BASE_PORT={kv_base} would put a zone's Redis on 6379, the machine's own "
+                          "Redis: pick a base port away from it")  # fmt: skip
+    zones = tuple(Zone(i, n, base + i, kv_base + i) for i, n in enumerate(names, start=1))
     return EnvConfig(
         state_dir=state,
         zones=zones,
@@ -157,10 +172,11 @@ def dev_selected(env: dict | None = None) -> bool:
     return load(env).run_dir.is_dir()
 
 
-def require_dev(variable: str, what: str, env: dict | None = None) -> None:
+def require_dev(variable: str, what: str, env: dict | None = None,
+                form: str = "mysql://user:password@host:port/db") -> None:  # fmt: skip
     """Raise the one-line error for a missing production setting unless the dev environment is selected."""
     if not dev_selected(env):
         raise ConfigError(
-            f"{variable} is not set: give {what} as mysql://user:password@host:port/db "
+            f"{variable} is not set: give {what} as {form} "
             "(or ZONESYNC_DEV=1 for the local environment of `zonesync dev up`)"
         )

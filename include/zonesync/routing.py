@@ -86,16 +86,15 @@ class Router:
                 raise Unknown(f"{entity_type} {entity_id}: not registered, and no rules are published")
             self._index = RuleIndex(found[1])
         index = self._index
-        for spec in sorted(index.ruleset.tables.values(), key=lambda s: s.name):
-            if spec.entity is None or spec.entity.type != entity_type or spec.entity.column != spec.column:
-                continue
-            try:
-                zsid = index.zsid_of(spec.name, {spec.column: entity_id})
+        try:
+            placed = index.entity_zsid(entity_type, entity_id)
+            if placed is not None:
+                spec, zsid = placed
                 rule = index.rule_for(zsid)
-            except ZsidUnknown as exc:
-                raise Unknown(f"{entity_type} {entity_id}: not registered, and {exc}") from None
-            return Location(entity_type, entity_id, rule.zone, rule.status, rule.status != ACTIVE, self._head,
-                            f"by ZSID rule: {spec.name}.{spec.column} -> ZSID {zsid}")  # fmt: skip
+                return Location(entity_type, entity_id, rule.zone, rule.status, rule.status != ACTIVE, self._head,
+                                f"by ZSID rule: {spec.name}.{spec.column} -> ZSID {zsid}")  # fmt: skip
+        except ZsidUnknown as exc:
+            raise Unknown(f"{entity_type} {entity_id}: not registered, and {exc}") from None
         raise Unknown(f"{entity_type} {entity_id}: not registered, and no table of the rules takes its ZSID from a "
                       f"{entity_type} id: register it (zonesync entity register)")  # fmt: skip
 

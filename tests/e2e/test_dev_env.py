@@ -23,12 +23,13 @@ ZONESYNC = str(Path(sys.executable).parent / "zonesync")
 @pytest.fixture
 def dev_env(tmp_path):
     """A private environment for one test: its own state dir and ports; torn down after."""
-    base = procs.free_port_block(6)
+    base = procs.free_port_block(9)
     env = {
         **os.environ,
         "ZONESYNC_STATE_DIR": str(tmp_path / "state"),
         "ZONESYNC_BASE_PORT": str(base),
         "ZONESYNC_AIRFLOW_PORT": str(base + 5),
+        "ZONESYNC_KV_BASE_PORT": str(base + 5),  # the zones' Redis at base + 6..8
         "ZONESYNC_WITH_AIRFLOW": "0",
     }
     yield env
@@ -70,9 +71,10 @@ def test_up_status_idempotent_crash_heal_down(dev_env, tmp_path):
     assert first.returncode == 0, first.stderr
     status = zs(dev_env, "dev", "status")
     assert status.returncode == 0, status.stdout
-    for name in ("meta", "zone-a", "zone-b", "zone-c", "broker", "replicator-a", "applier-c", "tagger-b"):
+    for name in ("meta", "zone-a", "zone-b", "zone-c", "kv-a", "broker", "replicator-a", "applier-c", "tagger-b",
+                 "kvtagger-c"):  # fmt: skip
         assert f"{name} " in status.stdout
-    assert status.stdout.count("healthy") == 14
+    assert status.stdout.count("healthy") == 20
     pids = _pids(dev_env)
 
     again = zs(dev_env, "dev", "up")  # harmless: nothing restarted

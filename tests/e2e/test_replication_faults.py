@@ -36,11 +36,12 @@ OWNED = {"a": range(0, 60), "b": range(400, 460), "c": range(800, 860)}
 
 @pytest.fixture
 def private_env(tmp_path):
-    base = procs.free_port_block(6)
+    base = procs.free_port_block(9)
     env = {
         **os.environ,
         "ZONESYNC_STATE_DIR": str(tmp_path / "state"),
         "ZONESYNC_BASE_PORT": str(base),
+        "ZONESYNC_KV_BASE_PORT": str(base + 5),  # the zones' Redis at base + 6..8
         "ZONESYNC_WITH_AIRFLOW": "0",
         "ZONESYNC_KAFKA_PARTITIONS": "4",
     }

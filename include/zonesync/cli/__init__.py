@@ -20,6 +20,7 @@ from zonesync.cli import (
     dev,
     entity,
     guards,
+    kv,
     locks,
     meta,
     replication,
@@ -32,7 +33,7 @@ from zonesync.cli import (
 from zonesync.cli.common import fail
 
 # in the order `zonesync --help` lists them
-GROUPS = (dev, meta, rules, tags, entity, guards, workers, replication, binlog, locks, switch, copy, check, zones)
+GROUPS = (dev, meta, rules, tags, entity, kv, guards, workers, replication, binlog, locks, switch, copy, check, zones)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +89,8 @@ def _unreachable(exc: BaseException) -> str | None:
     whose message names the server), instead of a traceback."""
     import pymysql
 
+    if type(exc).__module__.startswith("redis.") and type(exc).__name__ in ("ConnectionError", "TimeoutError"):
+        return f"a KV store is unreachable: {exc} (is it up? `zonesync dev status`)"
     if isinstance(exc, pymysql.err.OperationalError) and exc.args and exc.args[0] in (1045, 2002, 2003, 2006, 2013):
         return f"a database is unreachable: {exc.args[1] if len(exc.args) > 1 else exc} (is it up? `zonesync zones`)"
     return None

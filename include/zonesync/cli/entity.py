@@ -1,5 +1,5 @@
 """`zonesync entity where | show | list | rows | register`: the entity registry (docs/entities.md)
-and an entity's rows in a zone's tag store (docs/tagging.md)."""
+and an entity's rows and KV keys in a zone's tag store (docs/tagging.md, docs/kv.md)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def cmd_entity_list(args) -> int:
 
 def cmd_entity_rows(args) -> int:
     """Every row of the entity in zone ZONE: its tagged rows (the zone's tag store) and the
-    rows of forward-rule tables (fetched from their parents' keys): per-table counts, then keys."""
+    rows of forward-rule tables (fetched from their parents' keys), and its KV keys (the KV
+    repos' tags): per-table and per-repo counts, then keys."""
     from zonesync.meta.store import MetaStore
     from zonesync.runtime.endpoints import zone_endpoint
     from zonesync.tagging.locate import locate
@@ -77,18 +78,37 @@ def cmd_entity_rows(args) -> int:
         rows = locate(conn, TagStore(ep.connect, ep.database), rules, args.type, args.id)
     finally:
         conn.close()
+    keys = _kv_keys(args.zone, ep.connect, rules, args.type, args.id)
     total = sum(len(v) for v in rows.values())
     forward = {r.table for r in rules.mysql if r.forward_table}
     print(f"{args.type} {args.id} in zone {args.zone}: {total} row(s)"
           + (f" ({', '.join(f'{t} {len(v)}' + (' by forward rule' if t in forward else '') for t, v in rows.items())})"
              if rows else ""))  # fmt: skip
+    if rules.kv_repos:
+        n_keys = sum(len(v) for v in keys.values())
+        print(f"{args.type} {args.id} in zone {args.zone}: {n_keys} KV key(s)"
+              + (f" ({', '.join(f'{repo} {len(v)}' for repo, v in keys.items())})" if keys else ""))  # fmt: skip
     if args.keys:
         shown = 0
-        for table, keys in rows.items():
-            for key in keys[: max(0, args.limit - shown)]:
+        for table, idx in rows.items():
+            for key in idx[: max(0, args.limit - shown)]:
                 print(f"  {table} {key}")
-            shown += len(keys)
+            shown += len(idx)
+        for repo, listed in keys.items():
+            for key, there in listed[: max(0, args.limit - shown)]:
+                print(f"  kv {repo} {key}" + ("" if there else "  (gone: expired or removed around the guard)"))
+            shown += len(listed)
     return 0
+
+
+def _kv_keys(zone: str, connect, rules, entity_type: str, entity_id: str) -> dict:
+    """The entity's KV keys in `zone` ({} when the tag rules have no KV repo)."""
+    if not rules.kv_repos:
+        return {}
+    from zonesync.runtime.kv_endpoint import kv_endpoint
+    from zonesync.tagging.locate import locate_keys
+
+    return locate_keys(connect, kv_endpoint(zone), rules, entity_type, entity_id)
 
 
 def cmd_entity_register(args) -> int:
@@ -119,7 +139,7 @@ def register(sub) -> None:
     lst.add_argument("--zone")
     lst.add_argument("--limit", type=int, default=1000)
     lst.set_defaults(func=cmd_entity_list)
-    rows = esub.add_parser("rows", help="every row of an entity in a zone: tagged and by forward rule (counts)")
+    rows = esub.add_parser("rows", help="every row and KV key of an entity in a zone (counts; --keys lists them)")
     rows.add_argument("type")
     rows.add_argument("id")
     rows.add_argument("--zone", required=True)

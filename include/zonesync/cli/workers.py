@@ -1,4 +1,4 @@
-"""`zonesync replicate | apply | tag`: a zone's long-running workers, in the foreground."""
+"""`zonesync replicate | apply | tag | tag-kv`: a zone's long-running workers, in the foreground."""
 
 from __future__ import annotations
 
@@ -29,6 +29,12 @@ def cmd_tag(args) -> int:
     return workers.run_forever(workers.build_tagger(args.zone))
 
 
+def cmd_tag_kv(args) -> int:
+    from zonesync.runtime import workers
+
+    return workers.run_forever(workers.build_kv_tagger(args.zone))
+
+
 def register(sub) -> None:
     rep = sub.add_parser("replicate", help="run the replicator of a zone (binlog -> Kafka) in the foreground")
     rep.add_argument("--zone", required=True)
@@ -37,6 +43,9 @@ def register(sub) -> None:
     tag = sub.add_parser("tag", help="run the tagger of a zone (every zone's changes -> its tag store)")
     tag.add_argument("--zone", required=True)
     tag.set_defaults(func=cmd_tag)
+    tkv = sub.add_parser("tag-kv", help="run the KV tagger of a zone (its KV repos' change logs -> its tag store)")
+    tkv.add_argument("--zone", required=True)
+    tkv.set_defaults(func=cmd_tag_kv)
     app = sub.add_parser("apply", help="run the applier of a zone (Kafka -> zone) in the foreground")
     app.add_argument("--zone", required=True)
     app.add_argument("--workers", type=int, default=4, help="parallel apply connections")

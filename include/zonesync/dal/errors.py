@@ -37,6 +37,22 @@ class ZsidUndetermined(WriteRefused):
     """The write's ZSID could not be determined, so it is refused, never let through."""
 
 
+class KeyUntagged(WriteRefused):
+    """A KV key no registered pattern of its repo matches: its entity is unknown, so the key
+    could neither be judged nor found by a migration. Register its pattern first."""
+
+
+class KeyAmbiguous(WriteRefused):
+    """A KV key that matches two patterns of its repo (seed 004 S004-08): never written
+    under one of them at random; reported (alert `kv_ambiguous`)."""
+
+    def __init__(self, repo: str, key: str, patterns: list[str], version: int):
+        self.repo, self.key, self.patterns = repo, key, sorted(set(patterns))
+        super().__init__(f"key {key!r} of repo {repo} matches {len(self.patterns)} pattern(s) {len(patterns)} ways "
+                         f"({', '.join(self.patterns)}) in tag rules v{version}: not written; add a constraint "
+                         "(where:) that tells them apart")  # fmt: skip
+
+
 class GuardNotSynced(WriteRefused):
     """Fail closed: this instance could not sync with the meta store within its lease."""
 

@@ -177,7 +177,23 @@ class Guard:
                 (version,),
             )
             entities = {(t, i): (z, bool(s)) for t, i, z, s in cur.fetchall()}
-        return GuardState(version, self.zone, rules, entities)
+            cur.execute("SELECT version, rule_set FROM versions WHERE kind = 'tags' AND version <= %s "
+                        "ORDER BY version DESC LIMIT 1", (version,))  # fmt: skip
+            tags = cur.fetchone()
+        tags_version, trees = self._kv_trees(tags)
+        return GuardState(version, self.zone, rules, entities, tags_version, trees)
+
+    def _kv_trees(self, row) -> tuple[int, dict]:
+        """(tag rules version, KV repo -> PatternTree) of the tag rules row `row`: the
+        current state's trees when the version is the same (built once per tag rules
+        version, not at every entity change)."""
+        if row is None:
+            return 0, {}
+        if int(row[0]) == self.state.tags_version:
+            return self.state.tags_version, self.state.kv_trees
+        from zonesync.tagging.rules import parse as parse_tags
+
+        return int(row[0]), parse_tags(json.loads(row[1]), f"tag rules v{row[0]}").trees()
 
     def _sync(self) -> None:
         """One poll: read head; load, swap and ack a newer version; renew the lease."""

@@ -1,17 +1,26 @@
-"""What a guard enforces at one version: the decision for a single row.
+"""What a guard enforces at one version: the decision for a single row or KV key.
 
-Loaded whole from the meta store at version V (the newest rules <= V plus the
-locating entities as of V) and swapped in atomically, so a write is always
-judged against one complete, checked version, never a mix of two.
+Loaded whole from the meta store at version V (the newest rules <= V, the locating
+entities as of V and the newest tag rules <= V, whose KV patterns say which entity a
+key belongs to) and swapped in atomically, so a write is always judged against one
+complete, checked version, never a mix of two.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from zonesync.dal.errors import EntityWriteStopped, WrongZone, ZoneReshardingBlocked, ZsidUndetermined
+from zonesync.dal.errors import (
+    EntityWriteStopped,
+    KeyAmbiguous,
+    KeyUntagged,
+    WrongZone,
+    ZoneReshardingBlocked,
+    ZsidUndetermined,
+)
 from zonesync.rules.extract import RuleIndex, ZsidUnknown
 from zonesync.rules.model import ACTIVE, RuleSet
+from zonesync.tagging.radix import AmbiguousKey, PatternTree
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,8 @@ class GuardState:
     rules: RuleSet | None
     # (le_type, le_id) -> (unit zone, stop_write)
     entities: dict[tuple[str, str], tuple[str, bool]] = field(default_factory=dict)
+    tags_version: int = 0  # the tag rules whose KV patterns `kv_trees` holds (0: none)
+    kv_trees: dict[str, PatternTree] = field(default_factory=dict)  # KV repo -> its patterns
 
     def __post_init__(self):
         self.index = RuleIndex(self.rules) if self.rules is not None else None
@@ -63,6 +74,52 @@ class GuardState:
                 if unit != self.zone:
                     raise WrongZone(unit, zsid, self.version, what=f"{entity[0]} {entity[1]}")
         return Decision(zsid, entity)
+
+    def decide_key(self, repo: str, key: str) -> Decision:
+        """Allow a write of KV `key` in `repo` here, or raise why not: the key's pattern
+        names its entity (seed 004 §3.2.2), and the entity is judged as a row's is (its
+        registration, else the ZSID rules of a table that takes its ZSID from such ids)."""
+        tree = self.kv_trees.get(repo)
+        if tree is None:
+            raise KeyUntagged(f"repo {repo} has no KV pattern in tag rules v{self.tags_version}: register the "
+                              "key's pattern (zonesync tags apply) before writing it")  # fmt: skip
+        try:
+            found = tree.identify(key)
+        except AmbiguousKey as exc:
+            raise KeyAmbiguous(repo, key, exc.patterns, self.tags_version) from None
+        if found is None:
+            raise KeyUntagged(f"key {key!r} matches no pattern of repo {repo} (tag rules v{self.tags_version}): "
+                              "register its pattern (zonesync tags apply), or fix the key")  # fmt: skip
+        pattern, entity_id = found
+        return self.decide_entity(pattern.entity_type, entity_id)
+
+    def decide_entity(self, entity_type: str, entity_id: str) -> Decision:
+        """Allow a write to what entity (type, id) holds here, or raise why not."""
+        if self.index is None:
+            raise ZsidUndetermined(f"no rules published yet (version {self.version}): nothing is writable")
+        entity = (entity_type, str(entity_id))
+        known = self.entities.get(entity)
+        if known is not None:
+            unit, stopped = known
+            if stopped:
+                raise EntityWriteStopped(entity[0], entity[1], self.version)
+            if unit != self.zone:
+                raise WrongZone(unit, None, self.version, what=f"{entity[0]} {entity[1]}")
+            return Decision(-1, entity)
+        try:
+            placed = self.index.entity_zsid(*entity)
+            if placed is None:
+                raise ZsidUndetermined(f"{entity[0]} {entity[1]} is not registered and no table of the rules "
+                                       f"takes its ZSID from a {entity[0]} id: register it "
+                                       "(zonesync entity register)")  # fmt: skip
+            rule = self.index.rule_for(placed[1])
+        except ZsidUnknown as exc:
+            raise ZsidUndetermined(f"{entity[0]} {entity[1]}: {exc}") from None
+        if rule.status != ACTIVE:
+            raise ZoneReshardingBlocked(placed[1], rule.status, self.version)
+        if rule.zone != self.zone:
+            raise WrongZone(rule.zone, placed[1], self.version, what=f"{entity[0]} {entity[1]}")
+        return Decision(placed[1], entity)
 
     def table_spec(self, table: str):
         if self.index is None:

@@ -140,6 +140,7 @@ def environment(cfg: EnvConfig, base: dict | None = None) -> dict:
             "ZONESYNC_STATE_DIR": str(cfg.state_dir),
             "ZONESYNC_ZONES": ",".join(z.name for z in cfg.zones),
             "ZONESYNC_BASE_PORT": str(cfg.meta_port),
+            "ZONESYNC_KV_BASE_PORT": str(cfg.kv_base_port),
         }
     )
     for conn_id, conn in connections(cfg).items():

@@ -1,10 +1,11 @@
 """`zonesync dev up | down | status`: the local environment as one unit.
 
-Components, in start order: the meta store, one mariadbd per zone, the dev
-broker, then Airflow (db migrate, api-server, scheduler, dag-processor,
-triggerer). `up` is idempotent: a component that runs and answers is left alone,
-one that crashed (pid file but no process) is reported and started again, so
-`up` after a crash or a reboot heals the environment. `down` stops every process
+Components, in start order: the meta store, one mariadbd per zone, one
+redis-server per zone (its KV repos), the dev broker, the workers, then Airflow
+(db migrate, api-server, scheduler, dag-processor, triggerer). `up` is idempotent:
+a component that runs and answers is left alone, one that crashed (pid file but no
+process) is reported and started again, so `up` after a crash or a reboot heals the
+environment. `down` stops every process
 group it started, newest first, and waits for them to exit.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from zonesync.config import REPO_ROOT, EnvConfig
 from zonesync.dev import airflow_env, broker, mariadb, procs
+from zonesync.dev import redis as kv_redis
 
 SAMPLE_SCHEMA = REPO_ROOT / "include" / "sql" / "sample_app.sql"
 
@@ -43,6 +45,11 @@ def instances(cfg: EnvConfig) -> list[mariadb.Instance]:
     return [meta, *zones]
 
 
+def kv_instances(cfg: EnvConfig) -> list[kv_redis.RedisInstance]:
+    """Each zone's private redis-server: the zone's KV repos (runtime/kv_endpoint.py)."""
+    return [kv_redis.RedisInstance(z.kv_instance, z.kv_port, cfg.data_dir / z.kv_instance) for z in cfg.zones]
+
+
 def topics(cfg: EnvConfig) -> list[str]:
     return [f"zonesync.{z.name}.changes" for z in cfg.zones]
 
@@ -61,6 +68,10 @@ def preflight(cfg: EnvConfig) -> None:
         current = procs.read(cfg.run_dir, inst.name)
         if not (current and current.alive()) and not procs.port_free(inst.port):
             busy.append(f"{inst.port} ({inst.name})")
+    for kv in kv_instances(cfg):
+        current = procs.read(cfg.run_dir, kv.name)
+        if not (current and current.alive()) and not procs.port_free(kv.port):
+            busy.append(f"{kv.port} ({kv.name})")
     if cfg.with_airflow:
         current = procs.read(cfg.run_dir, "api-server")
         if not (current and current.alive()) and not procs.port_free(cfg.airflow_port):
@@ -68,7 +79,7 @@ def preflight(cfg: EnvConfig) -> None:
     if busy:
         raise EnvError(
             f"port {', '.join(busy)} already in use by another process: stop it, or choose other ports "
-            "with ZONESYNC_BASE_PORT / ZONESYNC_AIRFLOW_PORT"
+            "with ZONESYNC_BASE_PORT / ZONESYNC_KV_BASE_PORT / ZONESYNC_AIRFLOW_PORT"
         )
 
 
@@ -84,6 +95,13 @@ def up_databases(cfg: EnvConfig) -> None:
     for inst in instances(cfg):
         _report_crashed(cfg, inst.name)
         mariadb.start(inst, cfg.run_dir, cfg.log_dir, cfg.data_dir)
+
+
+def up_kv(cfg: EnvConfig) -> None:
+    """Each zone's redis-server (idempotent: one that runs and answers is left alone)."""
+    for inst in kv_instances(cfg):
+        _report_crashed(cfg, inst.name)
+        kv_redis.start(inst, cfg.run_dir, cfg.log_dir)
 
 
 def up_meta(cfg: EnvConfig) -> None:
@@ -147,7 +165,7 @@ def up_broker(cfg: EnvConfig) -> None:
         raise EnvError(f"the dev broker did not start ({state}): see {cfg.log_dir / 'broker.log'}")
 
 
-WORKER_COMMANDS = {"replicator": "replicate", "applier": "apply", "tagger": "tag"}
+WORKER_COMMANDS = {"replicator": "replicate", "applier": "apply", "tagger": "tag", "kvtagger": "tag-kv"}
 
 
 def worker_names(cfg: EnvConfig) -> list[str]:
@@ -155,13 +173,15 @@ def worker_names(cfg: EnvConfig) -> list[str]:
 
 
 def up_workers(cfg: EnvConfig) -> None:
-    """One replicator, one applier and one tagger per zone, each its own process group."""
+    """One replicator, one applier, one tagger and one KV tagger per zone, each its own
+    process group."""
     env = dict(os.environ)
     env.update(
         {
             "ZONESYNC_STATE_DIR": str(cfg.state_dir),
             "ZONESYNC_ZONES": ",".join(z.name for z in cfg.zones),
             "ZONESYNC_BASE_PORT": str(cfg.meta_port),
+            "ZONESYNC_KV_BASE_PORT": str(cfg.kv_base_port),
             "ZONESYNC_KAFKA_PARTITIONS": str(cfg.kafka_partitions),
             "ZONESYNC_DEV": "1",  # their zones and meta are this environment's (config.dev_selected)
         }
@@ -269,6 +289,7 @@ def up(cfg: EnvConfig) -> None:
     started = time.monotonic()
     _say(f"zonesync dev up: state in {cfg.state_dir}")
     up_databases(cfg)
+    up_kv(cfg)
     up_meta(cfg)
     up_zone_bookkeeping(cfg)
     up_broker(cfg)
@@ -285,6 +306,7 @@ def down(cfg: EnvConfig) -> list[str]:
         *reversed(airflow_env.PROCESSES),
         *worker_names(cfg),
         "broker",
+        *[i.name for i in reversed(kv_instances(cfg))],
         *[i.name for i in reversed(instances(cfg))],
     ]
     stopped = []
@@ -299,6 +321,8 @@ def status(cfg: EnvConfig) -> list[ComponentStatus]:
     rows: list[ComponentStatus] = []
     for inst in instances(cfg):
         rows.append(_status_of(cfg, inst.name, f"127.0.0.1:{inst.port}", lambda inst=inst: mariadb.ping(inst)))
+    for kv in kv_instances(cfg):
+        rows.append(_status_of(cfg, kv.name, f"127.0.0.1:{kv.port}", lambda kv=kv: kv_redis.ping(kv)))
     info = broker.read_info(cfg.broker_file)
     address = info["bootstrap"] if info else "-"
 

@@ -19,10 +19,11 @@ from zonesync.dev import env as dev_env
 
 
 def stack_env(root: Path) -> dict[str, str]:
-    base = procs.free_port_block(5)
+    base = procs.free_port_block(9)  # meta, three zones; then the zones' Redis at base + 6..8
     return {
         "ZONESYNC_STATE_DIR": str(root),
         "ZONESYNC_BASE_PORT": str(base),
+        "ZONESYNC_KV_BASE_PORT": str(base + 5),
         "ZONESYNC_AIRFLOW_PORT": str(procs.free_port()),
         "ZONESYNC_WITH_AIRFLOW": "1",
         "ZONESYNC_WITH_WORKERS": "1",

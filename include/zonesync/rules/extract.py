@@ -64,3 +64,13 @@ class RuleIndex:
 
     def zsid_of(self, table: str, row: dict) -> int:
         return zsid_of(self.table(table), row, self.ruleset.zsid_min)
+
+    def entity_zsid(self, entity_type: str, entity_id: str):
+        """(table spec, ZSID) of an entity placed by the rules: the first declared table (by
+        name) whose entity column, of this type, is its ZSID column, so the rules say which
+        zone owns every such id; None when no table does, ZsidUnknown when that table
+        cannot place this id."""
+        for spec in sorted(self.ruleset.tables.values(), key=lambda s: s.name):
+            if spec.entity is not None and spec.entity.type == entity_type and spec.entity.column == spec.column:
+                return spec, zsid_of(spec, {spec.column: entity_id}, self.ruleset.zsid_min)
+        return None

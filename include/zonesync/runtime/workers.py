@@ -129,6 +129,16 @@ def build_tagger(zone: str, env: dict | None = None):
                   transport.partitions(env))  # fmt: skip
 
 
+def build_kv_tagger(zone: str, env: dict | None = None):
+    """The KV tagger of `zone` (tagging/kv_tagger.py): its KV repos' change logs into its tag
+    store, with the zone's applier account."""
+    from zonesync.runtime.kv_endpoint import kv_endpoint
+    from zonesync.tagging.kv_tagger import KvTagger
+
+    ep = zone_endpoint(zone, env)
+    return KvTagger(zone, kv_endpoint(zone, env), ep.connect, MetaConfig.from_env(env))
+
+
 def run_forever(worker) -> int:
     """Run a worker in the foreground; SIGTERM/SIGINT stop it cleanly."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -14,6 +14,10 @@ forward table, in that order:
    (one query per chunk, by the child's columns: the rule's columns should be indexed,
    as any foreign key is).
 
+KV keys (seed 004 §3.2.2) are tagged by the zone's KV tagger in the same store, a KV
+repo per repo: `locate_keys` lists them, each with whether the key is still there (a
+key that expired leaves its tag behind).
+
 A parent row whose columns are NULL has no children here (NULL matches nothing, as in a
 join). The zone's rows are read as they are now: a migration stops the entity's writes
 before its final pass (issue 22), so what it reads then is complete.
@@ -61,6 +65,32 @@ def locate(conn, store, rules: TagRules, entity_type: str, entity_id: str) -> di
         if rows:
             found[rule.table] = sorted(rows)
     return {t: found[t] for t in sorted(found) if found[t]}
+
+
+def locate_keys(connect, kv, rules: TagRules, entity_type: str, entity_id: str) -> dict[str, list[tuple[str, bool]]]:
+    """KV repo -> (key, still there) of every key the zone's tag store holds for the entity,
+    in each KV repo of the tag rules that the zone's KV store (`kv`:
+    runtime.kv_endpoint.KvEndpoint) has; `connect` opens a zone connection."""
+    from zonesync.tagging.tag_store import KV_TABLE, TagStore
+
+    out: dict[str, list[tuple[str, bool]]] = {}
+    known = {name for name, _ in kv.repos}
+    for repo in sorted(set(rules.kv_repos) & known):
+        keys = [
+            json.loads(k) for k in TagStore(connect, repo).rows_of(entity_type, entity_id, 10**12).get(KV_TABLE, [])
+        ]
+        if not keys:
+            continue
+        client = kv.connect(repo)
+        try:
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(key)
+            there = pipe.execute()
+        finally:
+            client.close()
+        out[repo] = [(k, bool(n)) for k, n in zip(keys, there, strict=True)]
+    return out
 
 
 def _in_list(columns: list[str], count: int) -> tuple[str, str]:

@@ -40,6 +40,8 @@ except ImportError:  # pragma: no cover - render_segments' Python loop gives the
     _tagging = None
 
 _SEGMENT_COLUMNS = "entity_type, entity_id, repo, table_name, batch_no, entries"
+ROWS_WRITER, KV_WRITER = 1, 2  # tag_writer rows: the row tagger's batch numbers, the KV tagger's
+KV_TABLE = ""  # a KV key's segments: repo = the KV repo, table_name '' (include/sql/zone/0005_kv_tags.sql)
 
 
 def _tsv(text: str) -> str:
@@ -105,9 +107,14 @@ class TagStore:
         rows = self._query("SELECT source_zone, partition_no, applied_lsn, kafka_offset FROM zonesync.tag_state")
         return {(s, int(p)): (int(lsn), int(off)) for s, p, lsn, off in rows}
 
-    def last_batch(self) -> int:
-        rows = self._query("SELECT last_batch FROM zonesync.tag_writer WHERE id = 1")
+    def last_batch(self, writer: int = ROWS_WRITER) -> int:
+        rows = self._query("SELECT last_batch FROM zonesync.tag_writer WHERE id = %s", (writer,))
         return int(rows[0][0]) if rows else 0
+
+    def stream_position(self) -> str | None:
+        """The stream id of the last KV change log entry tagged (a KV repo's store)."""
+        rows = self._query("SELECT stream_id FROM zonesync.tag_kv_state WHERE repo = %s", (self.repo,))
+        return rows[0][0] if rows else None
 
     def caught_up(self, ends: dict[tuple[str, int], int]) -> bool:
         """Whether every partition is tagged up to `ends` (the last offset of each partition
@@ -154,19 +161,22 @@ class TagStore:
         return int(rows[0][0]) if rows else 0
 
     def write(self, conn, segments: list, positions: dict, batch_no: int, compact: Iterable[tuple] = (),
-              rules_version: int | None = None) -> None:  # fmt: skip
+              rules_version: int | None = None, writer: int = ROWS_WRITER,
+              stream_id: str | None = None) -> None:  # fmt: skip
         """A batch's segments (extract.TagBatch.segments(): ((entity type, entity id, table),
-        {idx: version * 2 + deleted})) as batch `batch_no`, the sources' new positions and
-        the (entity type, id, table) to compact, in one transaction on `conn`
-        (committed here), with the tag rules version the batch was made by. Fails,
-        writing nothing, unless `batch_no` follows the store's last batch."""
+        {idx: version * 2 + deleted})) as batch `batch_no`, the sources' new positions (or,
+        for a KV repo's batch, `stream_id`: its change log's) and the (entity type, id,
+        table) to compact, in one transaction on `conn` (committed here), with the tag
+        rules version the batch was made by. Fails, writing nothing, unless `batch_no`
+        follows the last batch of `writer`."""
         with conn.cursor() as cur:
             if rules_version is None:
-                cur.execute("UPDATE zonesync.tag_writer SET last_batch = %s WHERE id = 1 AND last_batch = %s",
-                            (batch_no, batch_no - 1))  # fmt: skip
+                cur.execute("UPDATE zonesync.tag_writer SET last_batch = %s WHERE id = %s AND last_batch = %s",
+                            (batch_no, writer, batch_no - 1))  # fmt: skip
             else:
                 cur.execute("UPDATE zonesync.tag_writer SET last_batch = %s, rules_version = %s "
-                            "WHERE id = 1 AND last_batch = %s", (batch_no, rules_version, batch_no - 1))  # fmt: skip
+                            "WHERE id = %s AND last_batch = %s",
+                            (batch_no, rules_version, writer, batch_no - 1))  # fmt: skip
             if cur.rowcount != 1:
                 conn.rollback()
                 raise RuntimeError(f"tag batch {batch_no}: the store's last batch is not {batch_no - 1} "
@@ -180,6 +190,10 @@ class TagStore:
                     "kafka_offset = VALUES(kafka_offset)",
                     [(s, p, lsn, off) for (s, p), (lsn, off) in positions.items()],
                 )
+            if stream_id is not None:
+                cur.execute("INSERT INTO zonesync.tag_kv_state (repo, stream_id) VALUES (%s, %s) "
+                            "ON DUPLICATE KEY UPDATE stream_id = VALUES(stream_id)",
+                            (self.repo, stream_id))  # fmt: skip
             for key in compact:
                 self._compact(cur, key)
         conn.commit()
