@@ -1,7 +1,8 @@
 """`make demo` / `zonesync demo`: the whole stack, once, on its embedded defaults.
 
 Brings the environment up (idempotent), loads the sample schema and a few
-sample rows into every zone, triggers the main job (the zone_inventory DAG,
+sample rows into every zone, the sample tag rules and a few KV keys per tenant
+(through each zone's KV guard), triggers the main job (the zone_inventory DAG,
 which reads every zone with Spark) through Airflow's REST API exactly as a user
 or a script would, follows it, and prints the result and where to look.
 """
@@ -82,6 +83,42 @@ def publish_example_rules(cfg: EnvConfig) -> tuple[str, object]:
     return f"zone-sharding rules: examples/rules.yaml published as version {version} (zonesync rules show)", rules
 
 
+def publish_example_tags(cfg: EnvConfig) -> str:
+    """Publish examples/tags.yaml as the tag rules (once): what was done."""
+    from zonesync.config import REPO_ROOT
+    from zonesync.meta.store import MetaStore
+    from zonesync.tagging.rules import load_file
+
+    store = MetaStore(env.meta_config(cfg))
+    current = store.tags_at()
+    if current is not None:
+        return f"tag rules: version {current[0]} in force (zonesync tags show)"
+    version = store.publish_tags(load_file(REPO_ROOT / "examples" / "tags.yaml"), "make demo: sample tag rules")
+    return f"tag rules: examples/tags.yaml published as version {version} (zonesync tags show)"
+
+
+def load_sample_keys(cfg: EnvConfig, rules) -> dict[str, int]:
+    """Each zone's tenants' session and last-order keys in its `sessions` repo, written
+    through the zone's KV guard (so tagged by its KV tagger): keys per zone."""
+    from zonesync.dal import Guard, ZoneDB
+    from zonesync.dal.kv import KvGuard
+    from zonesync.runtime.kv_endpoint import KvEndpoint, parse_repos
+
+    counts = {}
+    for zone, inst in zip(cfg.zones, env.instances(cfg)[1:], strict=True):
+        guard = Guard(env.meta_config(cfg), zone.name, ZoneDB("127.0.0.1", inst.port, "root", "", "zonesync_app"))
+        kv = KvGuard(guard.start(), KvEndpoint(zone.name, "127.0.0.1", zone.kv_port, parse_repos("sessions=0")))
+        try:
+            for t in owned_tenants(rules, zone.name):
+                kv.set("sessions", f"demo:session:{t}:tok{t}", f"session of tenant {t}")
+                kv.set("sessions", f"last_order:{t}", str(t))
+            counts[zone.name] = 2 * len(owned_tenants(rules, zone.name))
+        finally:
+            kv.close()
+            guard.close()
+    return counts
+
+
 def wait_replicated(cfg: EnvConfig, total: int, timeout: float = 60.0) -> str:
     """Every zone holds every zone's sample orders: replication at work."""
     import time
@@ -119,6 +156,13 @@ def run(cfg: EnvConfig) -> int:
     print(published)
     counts = load_sample_rows(cfg, rules)
     print(f"sample rows written: {', '.join(f'zone {z}: {c} orders' for z, c in counts.items())}")
+    print(publish_example_tags(cfg))
+    keys = load_sample_keys(cfg, rules)
+    first = owned_tenants(rules, cfg.zones[0].name, 1)[0]
+    print(
+        f"sample KV keys written through the KV guards: {', '.join(f'zone {z}: {c}' for z, c in keys.items())} "
+        f"(zonesync entity rows tenant {first} --zone {cfg.zones[0].name} --keys)"
+    )
     if cfg.with_workers:
         print(wait_replicated(cfg, sum(counts.values())))
 

@@ -245,3 +245,25 @@ def test_the_server_killed_keeps_every_write_that_returned(kv_env, kv_stores, te
     kv_redis.start(inst, test_cfg.run_dir, test_cfg.log_dir)
     assert inst.client(0).dbsize() == 201 and inst.client(0).xlen(STREAM) == 200
     assert inst.client(0).get("prod:session:999:k199") == b"199"
+
+
+def test_the_demos_sample_keys_are_written_through_each_zones_guard_and_tagged(kv_env, kv_stores, zones, meta,
+                                                                               test_cfg):  # fmt: skip
+    """`make demo`'s KV step (dev/demo.py) with examples/tags.yaml: each zone's tenants'
+    keys in its own sessions repo, each tagged by that zone's KV tagger."""
+    from tests.support.rules import rules_doc
+    from zonesync.config import REPO_ROOT
+    from zonesync.dev import demo
+    from zonesync.tagging.rules import load_file
+
+    MetaStore(meta).publish_tags(load_file(REPO_ROOT / "examples" / "tags.yaml"), "test: the sample tag rules")
+    assert "in force" in demo.publish_example_tags(test_cfg)
+    rules = rules_doc()
+    assert demo.load_sample_keys(test_cfg, rules) == {"a": 20, "b": 20, "c": 20}
+    for zone in ("a", "b", "c"):
+        tagger = kv_tagger.KvTagger(zone, kv_endpoint(zone), zones[zone].connect, meta)
+        tagger.run(max_seconds=1.0)
+        tenant = demo.owned_tenants(rules, zone, 1)[0]
+        assert kv_stores[zone].client(0).get(f"last_order:{tenant}") == str(tenant).encode()
+        tags = _kv_tags(zones, zone)
+        assert len(tags) == 20 and tags[f"demo:session:{tenant}:tok{tenant}"] == (str(tenant), 0)
