@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import consistency, foundation, full_copy, guard, replication, switch, tagging
+from bench import consistency, foundation, full_copy, guard, kv, replication, switch, tagging
 from bench.harness import BenchEnv, print_table
 
 SUITES = {
@@ -19,6 +19,7 @@ SUITES = {
     "copy": full_copy.run,
     "check": consistency.run,
     "tag": tagging.run,
+    "kv": kv.run,
 }
 
 

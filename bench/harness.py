@@ -69,11 +69,12 @@ class BenchEnv:
     """Zones and broker on free ports in a temp dir (no Airflow), torn down on exit."""
 
     def __init__(self, root: Path):
-        base = procs.free_port_block(5)
+        base = procs.free_port_block(9)  # meta, three zones; the zones' Redis at base + 6..8
         self.cfg = config.load(
             {
                 "ZONESYNC_STATE_DIR": str(root),
                 "ZONESYNC_BASE_PORT": str(base),
+                "ZONESYNC_KV_BASE_PORT": str(base + 5),
                 "ZONESYNC_WITH_AIRFLOW": "0",
                 "ZONESYNC_WITH_WORKERS": "0",
                 # the deployment setting the benchmarks run with, when set (default: config's)

@@ -2,10 +2,12 @@
 logical database of it (ZONESYNC_KV_REPOS).
 
 Like the private mariadbds: its own port on 127.0.0.1, its own directory, never the
-machine's Redis on 6379. Durability is the append-only file, fsynced at every write
-(`appendfsync always`): a KV write and its change-log entry go in one MULTI, and a
-kill -9 of the server loses neither once the write returned. Snapshots are off (the
-AOF is the record).
+machine's Redis on 6379. Durability is the append-only file (snapshots off: the AOF is
+the record) with Redis's default `appendfsync everysec`: Redis write()s a command to the
+AOF before it replies, so a kill -9 of the server loses no write that returned (tested),
+and a crash of the machine loses at most the last second. A KV write and its change-log
+entry are one MULTI, so whatever is lost is lost together. `always` (an fsync per write)
+measured 2.4k plain SETs/s from one client here, everysec ~10x that (docs/kv.md).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def ping(inst: RedisInstance) -> bool:
 
 def argv(inst: RedisInstance) -> list[str]:
     return [REDIS_SERVER, "--port", str(inst.port), "--bind", "127.0.0.1", "--dir", str(inst.datadir),
-            "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no",
+            "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
             "--databases", "16", "--protected-mode", "yes"]  # fmt: skip
 
 

@@ -88,7 +88,8 @@ class KvTagger:
         self.trees: dict = {}
         self.meta_outage = MetaOutage(f"kv tagger {zone}", log)
         self.stopping = False
-        self.tagged = 0
+        self.read = 0  # log entries taken (committed)
+        self.tagged = 0  # tag entries written (a key's entries of one batch are one)
         self.refused = 0
         self.appended: dict[tuple, int] = {}
         self._last_rules = 0.0
@@ -141,6 +142,7 @@ class KvTagger:
         compact = self._to_compact(segments, store.repo)
         store.write(conn, segments, {}, batch_no, compact, self.rules_version, writer=KV_WRITER, stream_id=last)
         client.xtrim(STREAM, minid=last)  # step 4
+        self.read += len(entries)
         self.tagged += sum(len(e) for _, e in segments)
         self.refused += len(refused)
         return batch_no
