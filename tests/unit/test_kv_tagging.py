@@ -76,6 +76,11 @@ def test_a_key_two_patterns_match_is_refused_naming_both():
         s.decide_key("chat", "tableStr_1_abccc_1")
     assert err.value.patterns == ["{{t}}_{{rev}}_{{rec}}", "{{t}}_{{rev}}_{{rec}}_{{level}}"]
     assert s.decide_key("chat", "tableStr_1_abc").entity == ("tenant", "1")
+    # the KV tagger, meeting such a key in a log, alerts it and tags nothing of it
+    entries = [(b"9-0", {b"op": b"set", b"key": b"tableStr_1_abccc_1"}), (b"9-1", {b"op": b"set", b"key": b"t_2_r"})]
+    segments, refused = kv_segments(entries, PatternTree(pair))
+    assert [(k, i) for k, i, _, _ in refused] == [("kv_ambiguous", "9-0")]
+    assert segments == [(("tenant", "2", KV_TABLE), {json.dumps("t_2_r"): entry_version("9-1") << 1})]
 
 
 def _entry(i: str, op: str, key) -> tuple:

@@ -153,6 +153,50 @@ def test_stop_write_entity(guard_env, meta, zones):
             tx.insert("orders", {"order_id": 3, "tenant_id": 7, "amount": 1})
 
 
+def test_a_stopped_or_moved_entitys_writes_leave_nothing_and_its_own_row_is_judged_alike(guard_env, meta, zones):
+    """S004-01, S004-03, S004-16: with `tenants` declaring its entity, tenant 7's own row and
+    its orders are judged alike: while it is stopped every insert, update and delete of
+    either is refused and reads go on; once it moved to b, zone a refuses them; each
+    refused write left the tables exactly as they were."""
+    from tests.support.rules import BASE
+
+    tables = {**BASE["tables"], "tenants": {**BASE["tables"]["tenants"],
+                                            "entity": {"type": "tenant", "column": "tenant_id"}}}  # fmt: skip
+    meta.run("DELETE FROM locating_entities WHERE le_type = 'tenant'")  # (earlier tests placed tenant 7)
+    guards.push_and_wait(meta, rules_doc(tables=tables), "tenants name their entity")
+    ga, store = guard_env("a"), MetaStore(meta)
+    with ga.transaction() as tx:
+        tx.insert("tenants", {"tenant_id": 7, "name": "seven"})
+        tx.insert("orders", {"order_id": 71, "tenant_id": 7, "amount": 1})
+
+    def orders():
+        with zones["a"].connect("zonesync_app").cursor() as cur:
+            cur.execute("SELECT order_id, tenant_id, amount, _zs_version FROM orders ORDER BY order_id")
+            return cur.fetchall()
+
+    before = (rows(zones, "a"), orders())
+    writes = [
+        lambda tx: tx.insert("orders", {"order_id": 72, "tenant_id": 7, "amount": 2}),
+        lambda tx: tx.update("orders", {"order_id": 71}, {"amount": 5}),
+        lambda tx: tx.delete("orders", {"order_id": 71}),
+        lambda tx: tx.update("tenants", {"tenant_id": 7}, {"name": "renamed"}),
+        lambda tx: tx.delete("tenants", {"tenant_id": 7}),
+    ]
+    for unit, stop, error in (("a", True, EntityWriteStopped), ("b", False, WrongZone)):
+        version = store.publish_entities([{"le_type": "tenant", "le_id": 7, "unit_zone": unit, "stop_write": stop}],
+                                         f"tenant 7: {unit}, stop {stop}")  # fmt: skip
+        guards.wait_acks(meta, version, {"a"}, 2)
+        for write in writes:
+            with pytest.raises(error, match="tenant 7"):
+                with ga.transaction() as tx:
+                    write(tx)
+            assert (rows(zones, "a"), orders()) == before
+        with ga.transaction() as tx:  # reads go on
+            assert tx.query("SELECT name FROM tenants WHERE tenant_id = 7") == [("seven",)]
+    with ga.transaction() as tx:  # another tenant's rows are unaffected
+        tx.insert("tenants", {"tenant_id": 8, "name": "eight"})
+
+
 def test_commit_rechecks_against_the_version_current_at_commit(guard_env, meta, zones):
     ga = guard_env("a")
     with pytest.raises(ZoneReshardingBlocked):

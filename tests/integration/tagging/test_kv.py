@@ -206,7 +206,7 @@ def test_the_kv_tagger_killed_mid_load_converges_with_no_lost_or_extra_tag(kv_en
         child.wait(20)
 
 
-def test_entity_rows_lists_an_entitys_keys_and_marks_an_expired_one(kv_env, kv_stores, zones, capsys):
+def test_entity_rows_lists_an_entitys_keys_and_marks_an_expired_one(kv_env, kv_stores, zones, capsys, spark, tmp_path):
     kv = _kv(kv_env, "a")
     with kv.guard.transaction() as tx:
         tx.insert("orders", {"order_id": 71, "tenant_id": 7, "amount": 1})
@@ -228,6 +228,19 @@ def test_entity_rows_lists_an_entitys_keys_and_marks_an_expired_one(kv_env, kv_s
     assert "tenant 7 in zone a: 3 KV key(s) (sessions 3)" in out
     assert "  kv sessions last_order:7\n" in out and "  kv sessions prod:session:7:a\n" in out
     assert "  kv sessions prod:session:7:b  (gone: expired" in out and "prod:session:8" not in out
+    # the same from the Spark job for large entities (spark_jobs/entity_rows.py): keys by their tags
+    from spark_jobs import entity_rows
+    from tests.support.rules import meta_url
+
+    zone_a = f"a=jdbc:mysql://127.0.0.1:{zones['a'].port}/zonesync_app"
+    args = entity_rows.parse_args(["--entity", "tenant:7", "--zone", zone_a, "--zone-user", "a=root", "--meta",
+                                   meta_url(kv.guard.meta), "--output", str(tmp_path / "rows.json"), "--keys",
+                                   str(tmp_path / "keys")])  # fmt: skip
+    assert entity_rows.run(spark, args)["kv_keys"] == {"sessions": 3}  # (the expired one's tag outlives it)
+    written = [json.loads(line) for f in sorted((tmp_path / "keys").glob("part-*.json"))
+               for line in f.read_text().splitlines()]  # fmt: skip
+    assert sorted(json.loads(r["idx"]) for r in written if r["repo"] == "sessions") == [
+        "last_order:7", "prod:session:7:a", "prod:session:7:b"]  # fmt: skip
 
 
 def test_the_server_killed_keeps_every_write_that_returned(kv_env, kv_stores, test_cfg):

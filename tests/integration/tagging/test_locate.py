@@ -144,7 +144,7 @@ def test_the_spark_job_finds_the_same_rows(zone_b, spark, meta, tmp_path):
                                    "--zone-user", "b=root", "--meta", meta_url(meta), "--output",
                                    str(tmp_path / "rows.json"), "--keys", str(tmp_path / "keys")])  # fmt: skip
     out = entity_rows.run(spark, args)
-    assert out["tables"] == {t: len(v) for t, v in expected.items()} and out["rows"] == 6
+    assert out["tables"] == {t: len(v) for t, v in expected.items()} and out["rows"] == 6 and out["kv_keys"] == {}
     written = [
         json.loads(line) for f in sorted((tmp_path / "keys").glob("part-*.json")) for line in f.read_text().splitlines()
     ]
