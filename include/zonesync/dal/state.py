@@ -66,14 +66,21 @@ class GuardState:
             if value is None:
                 raise ZsidUndetermined(f"table {table}: the row has no {spec.entity.column}, its entity column")
             entity = (spec.entity.type, str(value))
-            known = self.entities.get(entity)
-            if known is not None:
-                unit, stopped = known
-                if stopped:
-                    raise EntityWriteStopped(entity[0], entity[1], self.version)
-                if unit != self.zone:
-                    raise WrongZone(unit, zsid, self.version, what=f"{entity[0]} {entity[1]}")
+            self._registered(entity, zsid)
         return Decision(zsid, entity)
+
+    def _registered(self, entity: tuple[str, str], zsid: int | None) -> bool:
+        """Whether the entity is registered (its unit and stop-write flag then decide:
+        allowed here, or raise why not)."""
+        known = self.entities.get(entity)
+        if known is None:
+            return False
+        unit, stopped = known
+        if stopped:
+            raise EntityWriteStopped(entity[0], entity[1], self.version)
+        if unit != self.zone:
+            raise WrongZone(unit, zsid, self.version, what=f"{entity[0]} {entity[1]}")
+        return True
 
     def decide_key(self, repo: str, key: str) -> Decision:
         """Allow a write of KV `key` in `repo` here, or raise why not: the key's pattern
@@ -98,13 +105,7 @@ class GuardState:
         if self.index is None:
             raise ZsidUndetermined(f"no rules published yet (version {self.version}): nothing is writable")
         entity = (entity_type, str(entity_id))
-        known = self.entities.get(entity)
-        if known is not None:
-            unit, stopped = known
-            if stopped:
-                raise EntityWriteStopped(entity[0], entity[1], self.version)
-            if unit != self.zone:
-                raise WrongZone(unit, None, self.version, what=f"{entity[0]} {entity[1]}")
+        if self._registered(entity, None):
             return Decision(-1, entity)
         try:
             placed = self.index.entity_zsid(*entity)

@@ -33,10 +33,8 @@ import logging
 import time
 
 from zonesync.dal.kv import STREAM
-from zonesync.meta import alerts
 from zonesync.meta.db import MetaConfig
-from zonesync.meta.outage import MetaOutage
-from zonesync.meta.store import MetaStore
+from zonesync.tagging.follow import RulesFollower
 from zonesync.tagging.radix import AmbiguousKey
 from zonesync.tagging.rules import TagRules
 from zonesync.tagging.tag_store import KV_TABLE, KV_WRITER, TagStore
@@ -86,13 +84,12 @@ class KvTagger:
         self.batch, self.wait_s = batch, wait_s
         self.rules, self.rules_version = TagRules(), 0
         self.trees: dict = {}
-        self.meta_outage = MetaOutage(f"kv tagger {zone}", log)
+        self.follower = RulesFollower(meta, zone, f"kv tagger {zone}", log)
         self.stopping = False
         self.read = 0  # log entries taken (committed)
         self.tagged = 0  # tag entries written (a key's entries of one batch are one)
         self.refused = 0
         self.appended: dict[tuple, int] = {}
-        self._last_rules = 0.0
 
     def stop(self) -> None:
         self.stopping = True
@@ -159,21 +156,13 @@ class KvTagger:
         return due
 
     def _read_rules(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_rules < 1.0:
-            return
-        self._last_rules = now
-        found = self.meta_outage.call(MetaStore(self.meta).tags_at, default=False)
-        if found is False or found is True:  # meta down (kept what it had) / no tag rules yet
-            return
-        version, rules = found
-        if version != self.rules_version:
-            log.info("kv tagger %s: tag rules version %s (%d KV patterns)", self.zone, version, len(rules.kv))
-            self.rules, self.rules_version, self.trees = rules, version, rules.trees()
+        found = self.follower.newer(force)
+        if found is not None:
+            self.rules_version, self.rules = found
+            self.trees = self.rules.trees()
 
     def _alert(self, kind: str, detail: dict) -> None:
-        log.error("kv tagger %s: %s %s", self.zone, kind, detail)
-        self.meta_outage.call(alerts.record, self.meta, self.zone, kind, detail, default=False)
+        self.follower.alert(kind, detail)
 
 
 def caught_up(kv, connect) -> bool:

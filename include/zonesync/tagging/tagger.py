@@ -41,12 +41,10 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from zonesync.events import EventError
-from zonesync.meta import alerts
 from zonesync.meta.db import MetaConfig
-from zonesync.meta.outage import MetaOutage
-from zonesync.meta.store import MetaStore
 from zonesync.runtime import transport
 from zonesync.tagging.extract import Extractor, TagBatch
+from zonesync.tagging.follow import RulesFollower
 from zonesync.tagging.rules import TagRules
 from zonesync.tagging.tag_store import TagStore
 
@@ -76,11 +74,10 @@ class Tagger:
         self._lsns: dict = {}
         self._limit = FIRST_BATCH
         self._announce = False
-        self.meta_outage = MetaOutage(f"tagger {zone}", log)
+        self.follower = RulesFollower(meta, zone, f"tagger {zone}", log)
         self.stopping = False
         self.tagged = 0  # tag changes committed
         self.untaggable = 0
-        self._last_rules = 0.0
 
     def stop(self) -> None:
         self.stopping = True
@@ -193,24 +190,14 @@ class Tagger:
 
     # -- step 4 ---------------------------------------------------------------
     def _read_rules(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_rules < 1.0:
-            return
-        self._last_rules = now
-        found = self.meta_outage.call(MetaStore(self.meta).tags_at, default=False)
-        if found is False or found is True:  # meta down (kept what it had) / no tag rules (None -> True)
-            return
-        version, rules = found
-        if version != self.rules_version:
-            log.info("tagger %s: tag rules version %s (%d tables, %d KV patterns)", self.zone, version,
-                     len(rules.mysql), len(rules.kv))  # fmt: skip
-            self.rules, self.rules_version = rules, version
-            self.extractor = Extractor(rules, self.repo)
+        found = self.follower.newer(force)
+        if found is not None:
+            self.rules_version, self.rules = found
+            self.extractor = Extractor(self.rules, self.repo)
             self._announce = True  # the store says which version the tagger tags by (a backfill waits for it)
 
     def _alert(self, kind: str, detail: dict) -> None:
-        log.error("tagger %s: %s %s", self.zone, kind, detail)
-        self.meta_outage.call(alerts.record, self.meta, self.zone, kind, detail, default=False)
+        self.follower.alert(kind, detail)
 
 
 class _Writer:
