@@ -1,6 +1,6 @@
 """`zonesync kv set | get | del`: a zone's KV repos through the KV guard (docs/kv.md):
 a write is refused, in one line, unless the key's pattern names an entity the zone owns
-and may write; a written key is logged for the zone's KV tagger in the same MULTI."""
+and may write; a written key is logged for the zone's KV tagger in the same atomic script."""
 
 from __future__ import annotations
 

@@ -109,10 +109,11 @@ def load_sample_keys(cfg: EnvConfig, rules) -> dict[str, int]:
         guard = Guard(env.meta_config(cfg), zone.name, ZoneDB("127.0.0.1", inst.port, "root", "", "zonesync_app"))
         kv = KvGuard(guard.start(), KvEndpoint(zone.name, "127.0.0.1", zone.kv_port, parse_repos("sessions=0")))
         try:
-            for t in owned_tenants(rules, zone.name):
+            tenants = owned_tenants(rules, zone.name)
+            for t in tenants:
                 kv.set("sessions", f"demo:session:{t}:tok{t}", f"session of tenant {t}")
                 kv.set("sessions", f"last_order:{t}", str(t))
-            counts[zone.name] = 2 * len(owned_tenants(rules, zone.name))
+            counts[zone.name] = 2 * len(tenants)
         finally:
             kv.close()
             guard.close()

@@ -64,14 +64,10 @@ def preflight(cfg: EnvConfig) -> None:
     if not Path(mariadb.MARIADBD).exists():
         raise EnvError(f"{mariadb.MARIADBD} not found: run `make setup` (installs mariadb-server)")
     busy = []
-    for inst in instances(cfg):
+    for inst in [*instances(cfg), *kv_instances(cfg)]:  # mariadbds and redis-servers: a name and a port each
         current = procs.read(cfg.run_dir, inst.name)
         if not (current and current.alive()) and not procs.port_free(inst.port):
             busy.append(f"{inst.port} ({inst.name})")
-    for kv in kv_instances(cfg):
-        current = procs.read(cfg.run_dir, kv.name)
-        if not (current and current.alive()) and not procs.port_free(kv.port):
-            busy.append(f"{kv.port} ({kv.name})")
     if cfg.with_airflow:
         current = procs.read(cfg.run_dir, "api-server")
         if not (current and current.alive()) and not procs.port_free(cfg.airflow_port):

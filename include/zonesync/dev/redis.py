@@ -6,8 +6,9 @@ machine's Redis on 6379. Durability is the append-only file (snapshots off: the 
 the record) with Redis's default `appendfsync everysec`: Redis write()s a command to the
 AOF before it replies, so a kill -9 of the server loses no write that returned (tested),
 and a crash of the machine loses at most the last second. A KV write and its change-log
-entry are one MULTI, so whatever is lost is lost together. `always` (an fsync per write)
-measured 2.4k plain SETs/s from one client here, everysec ~10x that (docs/kv.md).
+entry are one script (one MULTI in the AOF), so whatever is lost is lost together.
+`always` (an fsync per write) measured 2.3-2.7k plain SETs/s from one client here,
+everysec 7.3-9.6k (docs/kv.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ repo lives in. The KV guard (dal/kv.py), the KV tagger (tagging/kv_tagger.py), t
 and the demo all connect through `KvEndpoint.connect(repo)`.
 
     ZONESYNC_KV_<ZONE>_URL   redis://[:password@]host:port   (the zone's Redis)
-    ZONESYNC_KV_REPOS        chat_cache=0,sessions=1         (repo -> logical database)
+    ZONESYNC_KV_REPOS        sessions=0,chat_cache=1         (repo -> logical database)
 
 Without ZONESYNC_KV_<ZONE>_URL, only with the dev environment selected, the zone's
 private redis-server (dev/redis.py); without ZONESYNC_KV_REPOS there, the sample's repos.
@@ -45,9 +45,6 @@ class KvEndpoint:
 
         return redis.Redis(host=self.host, port=self.port, db=self.db(repo), password=self.password or None,
                            socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)  # fmt: skip
-
-    def url(self) -> str:
-        return f"redis://{self.host}:{self.port}"
 
 
 def parse_repos(text: str, setting: str = "ZONESYNC_KV_REPOS") -> tuple[tuple[str, int], ...]:

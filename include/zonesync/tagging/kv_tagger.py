@@ -2,8 +2,8 @@
 §3.2.2, S004-07/08; docs/kv.md).
 
 KV repos are the zone's own (not replicated): the KV guard (dal/kv.py) writes each key's
-change and an entry in the repo's stream `zonesync:changes` in one MULTI, and this loop
-tags those entries, with its state beside the tags it describes:
+change and an entry in the repo's stream `zonesync:changes` in one atomic script, and
+this loop tags those entries, with its state beside the tags it describes:
 
 1. Open: per repo, the stream id `zonesync.tag_kv_state` holds (the stream's start when
    none). Resume is this step again.
@@ -36,7 +36,6 @@ from zonesync.dal.kv import STREAM
 from zonesync.meta.db import MetaConfig
 from zonesync.tagging.follow import RulesFollower
 from zonesync.tagging.radix import AmbiguousKey
-from zonesync.tagging.rules import TagRules
 from zonesync.tagging.tag_store import KV_TABLE, KV_WRITER, TagStore
 
 log = logging.getLogger("zonesync.kv_tagger")
@@ -82,8 +81,8 @@ class KvTagger:
         """`kv`: the zone's runtime.kv_endpoint.KvEndpoint; `connect`: a zone connection."""
         self.zone, self.kv, self.connect, self.meta = zone, kv, connect, meta
         self.batch, self.wait_s = batch, wait_s
-        self.rules, self.rules_version = TagRules(), 0
-        self.trees: dict = {}
+        self.rules_version = 0
+        self.trees: dict = {}  # KV repo -> PatternTree of the tag rules at rules_version
         self.follower = RulesFollower(meta, zone, f"kv tagger {zone}", log)
         self.stopping = False
         self.read = 0  # log entries taken (committed)
@@ -158,8 +157,8 @@ class KvTagger:
     def _read_rules(self, force: bool = False) -> None:
         found = self.follower.newer(force)
         if found is not None:
-            self.rules_version, self.rules = found
-            self.trees = self.rules.trees()
+            self.rules_version, rules = found
+            self.trees = rules.trees()
 
     def _alert(self, kind: str, detail: dict) -> None:
         self.follower.alert(kind, detail)
