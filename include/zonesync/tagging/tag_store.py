@@ -234,8 +234,11 @@ class TagStore:
         if chosen < 2:
             return False
         first, last = sizes[chosen - 1][0], sizes[0][0]
-        cur.execute(f"SELECT entries FROM zonesync.tag_segments WHERE {where} AND batch_no >= %s ORDER BY batch_no",
-                    (*params, first))  # fmt: skip
+        # a locking read, as the DELETE's: a plain SELECT would read the transaction's read
+        # view, older than a segment another writer (a backfill) committed before the lock
+        # above, and the DELETE would drop that segment unread
+        cur.execute(f"SELECT entries FROM zonesync.tag_segments WHERE {where} AND batch_no >= %s ORDER BY batch_no "
+                    "FOR UPDATE", (*params, first))  # fmt: skip
         folded = fold(text for (text,) in cur.fetchall())
         cur.execute(f"DELETE FROM zonesync.tag_segments WHERE {where} AND batch_no >= %s AND batch_no < %s",
                     (*params, first, last))  # fmt: skip

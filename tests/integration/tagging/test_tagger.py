@@ -210,3 +210,31 @@ def test_a_large_batch_is_one_load_and_odd_values_read_back_as_written(zones):
     finally:
         conn.close()
         _reset(b)
+
+
+def test_a_segment_committed_after_the_batch_took_its_snapshot_is_folded_not_lost(zones):
+    """A backfill chunk's segment committed while a tagger batch is open (its transaction
+    took its read view already, e.g. compacting an earlier entity) is folded by the
+    batch's compaction of that entity, not deleted unread: compaction reads what it locks."""
+    b = zones["b"]
+    _reset(b)
+    store = TagStore(lambda: b.connect("zonesync_app"), "zonesync_app")
+    key = ("tenant", "5", "orders")
+    conn = load_connection("127.0.0.1", b.port, "root", "", "zonesync_app")
+    try:
+        for n in range(3):
+            store.write(conn, [(key, {f"[{n}]": 10 << 1})], {}, store.last_batch() + 1)
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")  # the batch's read view, taken early
+        other = b.connect("zonesync_app")
+        with other.cursor() as cur:  # a backfill chunk's segment, committed now (tag_backfill.py)
+            cur.execute("INSERT INTO zonesync.tag_segments (entity_type, entity_id, repo, table_name, batch_no, "
+                        "entries) VALUES ('tenant', '5', 'zonesync_app', 'orders', -7, '[99]\t9\t0')")  # fmt: skip
+        other.commit()
+        other.close()
+        store.write(conn, [], {}, store.last_batch() + 1, [key])
+        assert store.segment_count() == 1
+        assert store.rows_of(*key[:2]) == {"orders": ["[0]", "[1]", "[2]", "[99]"]}
+    finally:
+        conn.close()
+        _reset(b)
