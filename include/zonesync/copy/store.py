@@ -73,27 +73,31 @@ class CopyStore:
         """The run's row; refused while another copy into the same target is running. A
         retried preflight finds the row it made."""
         with self.meta.transaction() as cur:
+            # Creators take turns (a named lock, freed when the connection closes), then read
+            # every running copy with a locking read: two checks by plain reads let a -> b and
+            # b -> c both pass, each blind to the other's uncommitted row (write skew), and a
+            # copy would read a zone while it is being filled.
+            cur.execute("SELECT GET_LOCK(CONCAT(DATABASE(), '.copies.create'), 30)")
+            if cur.fetchone()[0] != 1:
+                raise CopyRefused("run_id: another copy is being created this moment; run the preflight again")
             cur.execute(
-                "SELECT run_id FROM copies WHERE target_zone = %s AND status = %s AND run_id <> %s FOR UPDATE",
-                (req.target_zone, RUNNING, run_id),
+                "SELECT run_id, source_zone, target_zone FROM copies WHERE status = %s AND run_id <> %s "
+                "ORDER BY id FOR UPDATE",
+                (RUNNING, run_id),
             )
-            other = cur.fetchone()
-            if other:
+            running = cur.fetchall()
+            same = next((r for r in running if r[2] == req.target_zone), None)
+            if same:
                 raise CopyRefused(
-                    f"to: a copy into zone {req.target_zone} is already running ({other[0]}); wait for it "
-                    f"(`zonesync copy status {other[0]}`) or roll it back"
+                    f"to: a copy into zone {req.target_zone} is already running ({same[0]}); wait for it "
+                    f"(`zonesync copy status {same[0]}`) or roll it back"
                 )
             # A zone being filled is no source: rows its chunks have not landed yet are in no
             # stream (merges are never published), so a copy from it would miss them for good.
-            cur.execute(
-                "SELECT run_id, target_zone, source_zone FROM copies WHERE status = %s AND run_id <> %s "
-                "AND (target_zone = %s OR source_zone = %s) LIMIT 1",
-                (RUNNING, run_id, req.source_zone, req.target_zone),
-            )
-            other = cur.fetchone()
+            other = next((r for r in running if req.source_zone == r[2] or req.target_zone == r[1]), None)
             if other:
                 raise CopyRefused(
-                    f"from: copy {other[0]} ({other[2]} -> {other[1]}) is running: a zone being filled is no "
+                    f"from: copy {other[0]} ({other[1]} -> {other[2]}) is running: a zone being filled is no "
                     "source, and a copy's source is not filled meanwhile; wait for it or roll it back"
                 )
             cur.execute(

@@ -430,6 +430,43 @@ def test_a_zone_being_filled_is_no_source_and_a_source_is_not_filled(cluster, gu
     assert steps.preflight(context(cluster, zones, meta, "a-to-c", "a", "c")).status == "running"
 
 
+def test_a_copy_created_beside_an_uncommitted_one_waits_for_it_and_is_refused(cluster, zones, meta, clean_copies):
+    """Write skew: copy b -> c is being created (its row written, not yet committed) when
+    c -> a's preflight checks; c -> a waits for it rather than pass blind, then is refused
+    (c would be read while being filled), nothing recorded."""
+    import threading
+
+    other = meta.connect(autocommit=False)
+    try:
+        with other.cursor() as cur:
+            cur.execute("INSERT INTO copies (run_id, source_zone, target_zone, mode, tables_json, reason, actor) "
+                        "VALUES ('b-to-c', 'b', 'c', 'rebuild', '[]', 'test', 'test')")  # fmt: skip
+        outcome: dict = {}
+
+        def create():
+            try:
+                outcome["copy"] = steps.preflight(context(cluster, zones, meta, "c-to-a", "c", "a"))
+            except steps.CopyRefused as exc:
+                outcome["refused"] = str(exc)
+
+        t = threading.Thread(target=create, daemon=True)
+        t.start()
+
+        def waiting() -> bool:  # c -> a's locking read of the running copies, blocked on b -> c's row
+            rows, _ = meta.run("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s",
+                               ("SELECT run_id, source_zone, target_zone FROM copies%FOR UPDATE",))  # fmt: skip
+            return int(rows[0][0]) > 0 or not t.is_alive()
+
+        wait_until(waiting, 30, "c -> a's preflight reached its check")
+        assert t.is_alive(), f"c -> a passed its check without waiting for b -> c: {outcome}"
+        other.commit()
+        t.join(30)
+    finally:
+        other.close()
+    assert outcome.get("refused", "").startswith("from: copy b-to-c (b -> c) is running"), outcome
+    assert steps.CopyStore(meta).get("c-to-a") is None
+
+
 def test_an_idle_partition_moved_back_is_read_again(cluster, zones, meta, clean_copies):
     """A copy's start halts the target's partitions and sets them running at earlier
     positions in two transactions, which can both fall between two of the applier's
