@@ -5,7 +5,9 @@ Protocol, as the seed's PiDAL Keepalive (000, "PiDAL 实例 Keepalive"):
 1. start: register (zone, host, pid, period) and load the newest version before
    accepting any write.
 2. every `poll` (default 100 ms): read the head version (one primary-key read).
-   A newer version is loaded whole, swapped in under the exclusive lock (which
+   A newer version is loaded whole, in one snapshot of meta (the head read again
+   in it: entities are updated in place, and reads in separate snapshots could
+   miss one published meanwhile), swapped in under the exclusive lock (which
    waits for in-flight commits), then acked in guard_instances and guard_acks.
    So a push is acked within about one poll, well under a second.
 3. every `period` (default 5 s): heartbeat. The meta store calls an instance
@@ -163,23 +165,30 @@ class Guard:
                 (self.instance_id, self.zone_id, socket.gethostname(), os.getpid(), int(self.period * 1000)),
             )
 
-    def _load(self, version: int) -> GuardState:
-        with self._meta().cursor() as cur:
-            cur.execute(
-                "SELECT rule_set FROM versions WHERE kind = 'rules' AND version <= %s ORDER BY version DESC LIMIT 1",
-                (version,),
-            )
-            row = cur.fetchone()
-            rules = parse(json.loads(row[0]), f"rules <= v{version}") if row else None
-            cur.execute(
-                "SELECT e.le_type, e.le_id, z.name, e.stop_write FROM locating_entities e "
-                "JOIN zones z ON z.zone_id = e.unit_zone WHERE e.version <= %s",
-                (version,),
-            )
-            entities = {(t, i): (z, bool(s)) for t, i, z, s in cur.fetchall()}
-            cur.execute("SELECT version, rule_set FROM versions WHERE kind = 'tags' AND version <= %s "
-                        "ORDER BY version DESC LIMIT 1", (version,))  # fmt: skip
-            tags = cur.fetchone()
+    def _load(self) -> GuardState:
+        """The state published up to the head, all read in one snapshot of meta. Entities
+        are updated in place (a row holds its newest version): read in separate snapshots,
+        an entity published after the head was read would be missing (its row's version
+        above it), and its writes judged by the ZSID rules alone, where a moved or stopped
+        entity's must be refused. In one snapshot, every row it shows is <= its head."""
+        conn = self._meta()
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            try:
+                cur.execute("SELECT version FROM head WHERE id = 1")
+                version = int(cur.fetchone()[0])
+                cur.execute("SELECT rule_set FROM versions WHERE kind = 'rules' ORDER BY version DESC LIMIT 1")
+                row = cur.fetchone()
+                cur.execute(
+                    "SELECT e.le_type, e.le_id, z.name, e.stop_write FROM locating_entities e "
+                    "JOIN zones z ON z.zone_id = e.unit_zone"
+                )
+                entities = {(t, i): (z, bool(s)) for t, i, z, s in cur.fetchall()}
+                cur.execute("SELECT version, rule_set FROM versions WHERE kind = 'tags' ORDER BY version DESC LIMIT 1")
+                tags = cur.fetchone()
+            finally:
+                conn.commit()
+        rules = parse(json.loads(row[0]), f"rules <= v{version}") if row else None
         tags_version, trees = self._kv_trees(tags)
         return GuardState(version, self.zone, rules, entities, tags_version, trees)
 
@@ -201,7 +210,8 @@ class Guard:
             cur.execute("SELECT version FROM head WHERE id = 1")
             head = int(cur.fetchone()[0])
         if head > self.state.version or self._last_sync == 0.0:
-            new = self._load(head)
+            new = self._load()  # (its head: this one or newer)
+            head = new.version
             with self.lock.exclusive():  # waits for commits validated against the old version
                 self.state = new
             with self._meta().cursor() as cur:

@@ -361,3 +361,62 @@ def test_concurrent_pushes_get_distinct_consecutive_versions(meta, guard_env):
     for t in threads:
         t.join()
     assert not errors and sorted(out) == list(range(start + 1, start + 9))
+
+
+class _PublishAfterHeadRead:
+    """A guard's meta connection (the real one) that runs `publish` once, right after the
+    guard's first read of the head: an entity published between the guard's reads."""
+
+    def __init__(self, conn, publish):
+        self.conn, self.publish = conn, publish
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+    def cursor(self):
+        outer, cur = self, self.conn.cursor()
+
+        class Cursor:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                cur.close()
+
+            def __getattr__(self, name):
+                return getattr(cur, name)
+
+            def execute(self, sql, args=None):
+                n = cur.execute(sql, args)  # (a buffered result: the caller fetches the head read)
+                if sql == "SELECT version FROM head WHERE id = 1" and outer.publish is not None:
+                    publish, outer.publish = outer.publish, None
+                    publish()
+                return n
+
+        return Cursor()
+
+
+def test_an_entity_published_between_the_guards_reads_is_never_missing_from_its_state(guard_env, meta, zones):
+    """Entities are updated in place, so a guard that read the head and then the entities
+    in another snapshot lost an entity published in between (its row's version above the
+    head read) and judged its writes by the ZSID rules alone: tenant 7, moved to b, would
+    be written in a. The state is one snapshot: tenant 7 is there as it is now, stopped."""
+    from zonesync.dal import Guard, ZoneDB
+
+    meta.run("DELETE FROM locating_entities WHERE le_type = 'tenant'")
+    store = MetaStore(meta)
+    store.publish_entities([{"le_type": "tenant", "le_id": 7, "unit_zone": "b", "stop_write": False}], "7 in b")
+    g = Guard(meta, "a", ZoneDB("127.0.0.1", zones["a"].port, "root", "", "zonesync_app"))
+    try:
+        g._register()
+        g._sync()
+        assert g.state.entities[("tenant", "7")] == ("b", False)
+        g._meta_conn = _PublishAfterHeadRead(g._meta(), lambda: store.publish_entities(
+            [{"le_type": "tenant", "le_id": 7, "unit_zone": "b", "stop_write": True}], "7 stopped"))  # fmt: skip
+        store.publish_rules(rules_doc(), "a newer version for the guard to load")
+        g._sync()
+        assert g.state.version == store.head()
+        assert g.state.entities.get(("tenant", "7")) == ("b", True)
+    finally:
+        g._meta_conn = g._meta_conn.conn if isinstance(g._meta_conn, _PublishAfterHeadRead) else g._meta_conn
+        g.close()
