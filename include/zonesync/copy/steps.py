@@ -66,19 +66,22 @@ def preflight(ctx: CopyContext) -> Copy:
     for zone in (req.source_zone, req.target_zone):
         for t in req.tables:
             _with(ctx, zone, lambda conn, t=t, zone=zone: chunks.check_copyable(conn, ctx.app_db, t, zone))
-    halted = _halted(ctx, req.target_zone)
-    if halted and set(req.tables) != set(tables):
-        raise CopyRefused(
-            f"tables: zone {req.target_zone} has halted partitions ({halted}); the events they lost may touch any "
-            "table, so a copy that clears them must take every replicated table (leave --tables out)"
-        )
+    _refuse_some_tables_over_halted(req.tables, tables, _with(ctx, req.target_zone, positions.snapshot),
+                                    req.target_zone)  # fmt: skip
     return ctx.store.create(ctx.run_id, req, ctx.actor)
 
 
-def _halted(ctx: CopyContext, zone: str) -> list[str]:
-    """The zone's halted partitions, as source/partition."""
-    state = _with(ctx, zone, positions.snapshot)
-    return sorted(f"{s}/{p}" for s, parts in state.items() for p, v in parts.items() if v[2] == "halted")
+def _refuse_some_tables_over_halted(copied, replicated, state: dict, zone: str) -> None:
+    """A copy of some tables only is refused when the target has halted partitions in
+    `state` (positions.snapshot): the copy moves them on to its start, and the events
+    they lost may touch any table. Checked at preflight and again on the apply_state
+    recorded before the copy moves anything (a partition may halt in between)."""
+    halted = sorted(f"{s}/{p}" for s, parts in state.items() for p, v in parts.items() if v[2] == "halted")
+    if halted and set(copied) != set(replicated):
+        raise CopyRefused(
+            f"tables: zone {zone} has halted partitions ({halted}); the events they lost may touch any "
+            "table, so a copy that clears them must take every replicated table (leave --tables out)"
+        )
 
 
 def _has_applied(ctx: CopyContext, conn, zone: str, ends: dict) -> bool:
@@ -135,6 +138,8 @@ def start_incremental(ctx: CopyContext) -> dict:
         run = ctx.store.set_once(ctx.run_id, before_json=_with(ctx, run.target_zone, positions.snapshot))
     start = _typed(run.positions())
     before = run.positions("before_json")
+    found = MetaStore(ctx.meta).rules_at()
+    _refuse_some_tables_over_halted(run.tables, found[1].tables if found else {}, before, run.target_zone)
 
     def install(conn) -> None:
         empty = {t for t in run.tables if not _has_rows(conn, ctx.app_db, t)}

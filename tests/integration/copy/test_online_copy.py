@@ -20,7 +20,7 @@ from spark_jobs import full_copy
 from tests.integration.copy.conftest import copy_args
 from tests.support.background import Background, wait_until
 from tests.support.replication import ZONE_IDS, ZONES, alerts, checksum, wait_converged
-from zonesync.copy import steps
+from zonesync.copy import positions, steps
 from zonesync.copy.request import CopyRequest
 from zonesync.copy.store import SUCCEEDED
 from zonesync.dal.errors import WriteRefused
@@ -323,6 +323,14 @@ def test_rows_only_the_target_holds_go_only_when_certain(cluster, guard_env, zon
     no_trouble(meta)
 
 
+def _with_b_state(zones) -> dict:
+    conn = zones["b"].connect()
+    try:
+        return positions.snapshot(conn)
+    finally:
+        conn.close()
+
+
 def test_a_repair_copy_cures_partitions_halted_for_a_full_copy(cluster, guard_env, zones, meta, spark, tmp_path,
                                                               clean_copies):  # fmt: skip
     """S000-53 / S000-57 / S000-69: b's partitions of source a halted "needs full copy" (as
@@ -334,10 +342,18 @@ def test_a_repair_copy_cures_partitions_halted_for_a_full_copy(cluster, guard_en
 
     seed(zones, "a", range(1, 301))
     wait_converged(zones, ("tenants",), timeout=60)
+    early = context(cluster, zones, meta, "some-before-the-halt")  # its preflight passes: nothing halted yet
+    steps.preflight(early)
     conn = zones["b"].connect()
     halted = halt(conn, "a", None, "needs full copy: messages expired (test)")
     conn.close()
     assert halted == list(range(cluster.partitions))
+    steps.record_start(early)
+    state = _with_b_state(zones)
+    with pytest.raises(steps.CopyRefused, match="tables: zone b has halted partitions"):
+        steps.start_incremental(early)  # the halt came after its preflight: refused before anything moved
+    assert _with_b_state(zones) == state
+    steps.rollback(early, "test: refused")
     guard = guard_env("a")
     with guard.transaction() as tx:
         for k in range(301, 351):
