@@ -1,9 +1,11 @@
 """`zonesync tags check | apply | show | diff`: tag rules (docs/tagging.md) in the meta store;
-`zonesync tags compact --zone Z`: a zone's tag store folded to one segment per entity."""
+`zonesync tags compact --zone Z`: a zone's tag store folded to one segment per entity;
+`zonesync tags wait --zone Z`: until Z's tagger has tagged every zone's writes up to now."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import yaml
 
@@ -90,6 +92,32 @@ def cmd_tags_compact(args) -> int:
     return 0
 
 
+def cmd_tags_wait(args) -> int:
+    from zonesync.capture.binlog import binlog_end
+    from zonesync.tagging.freshness import wait_tagged
+    from zonesync.tagging.tag_store import TagStore
+
+    if not 0 < args.timeout <= 86_400:
+        return common.fail(f"--timeout {args.timeout:g}: give 0 < seconds <= 86400")
+    positions = {}
+    for z in common.zone_names():
+        conn = common.zone_conn(z)
+        try:
+            positions[z] = binlog_end(conn)
+        finally:
+            conn.close()
+    now = ", ".join(f"{z} {f}:{p}" for z, (f, p) in sorted(positions.items()))
+    ep = common.zone_endpoint(args.zone)
+    left = wait_tagged(common.meta(), TagStore(ep.connect, ep.database), positions, args.timeout)
+    if left:
+        hint = f"is its tagger running (`zonesync tag --zone {args.zone}`), and the replicators?"
+        print(f"zone {args.zone}: not tagged up to {', '.join(left)} after {args.timeout:g} s (binlogs at {now}); "
+              f"{hint}", file=sys.stderr)  # fmt: skip
+        return 1
+    print(f"zone {args.zone}: tagged up to every zone's binlog as of the call ({now})")
+    return 0
+
+
 def register(sub) -> None:
     tags = sub.add_parser("tags", help="tag rules: which rows and KV keys belong to which entity")
     tsub = tags.add_subparsers(dest="tags_command", required=True, metavar="ACTION")
@@ -110,3 +138,7 @@ def register(sub) -> None:
     cmp = tsub.add_parser("compact", help="fold a zone's tag store to one segment per entity and table")
     cmp.add_argument("--zone", required=True)
     cmp.set_defaults(func=cmd_tags_compact)
+    wt = tsub.add_parser("wait", help="wait until a zone's tagger has tagged every zone's writes up to now (S004-06)")
+    wt.add_argument("--zone", required=True)
+    wt.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    wt.set_defaults(func=cmd_tags_wait)

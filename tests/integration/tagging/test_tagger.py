@@ -238,3 +238,45 @@ def test_a_segment_committed_after_the_batch_took_its_snapshot_is_folded_not_los
     finally:
         conn.close()
         _reset(b)
+
+
+def test_once_tagged_up_to_every_zones_binlog_a_row_written_just_before_is_tagged(taggers, guard_env, zones, meta,
+                                                                                   capsys):  # fmt: skip
+    """S004-06 (the tagger's side): a row inserted just before the call is tagged as soon as
+    the wait says the store is tagged up to every zone's binlog position of that moment
+    (read again at once, no waiting); with the tagger stopped the wait never says so."""
+    from zonesync import cli
+    from zonesync.capture.binlog import binlog_end
+    from zonesync.tagging.freshness import wait_tagged
+
+    def now() -> dict:
+        out = {}
+        for z, inst in zones.items():
+            if z in OWN:
+                conn = inst.connect()
+                out[z] = binlog_end(conn)
+                conn.close()
+        return out
+
+    taggers.start()
+    store = TagStore(lambda: zones["b"].connect("zonesync_app"), "zonesync_app")
+    a = guard_env("a")
+    for n in range(5):
+        with a.transaction() as tx:
+            tx.insert("orders", {"order_id": 500 + n, "tenant_id": 7, "amount": 1})
+        assert wait_tagged(meta, store, now(), 30) == []
+        assert f"[{500 + n}]" in store.rows_of("tenant", "7")["orders"]
+    with a.transaction() as tx:
+        tx.insert("orders", {"order_id": 600, "tenant_id": 7, "amount": 1})
+    assert cli.main(["tags", "wait", "--zone", "b", "--timeout", "30"]) == 0
+    assert "zone b: tagged up to every zone's binlog as of the call (a " in capsys.readouterr().out
+    assert "[600]" in store.rows_of("tenant", "7")["orders"]
+    taggers.stop()
+    with a.transaction() as tx:
+        tx.insert("orders", {"order_id": 601, "tenant_id": 7, "amount": 1})
+    assert "a" in wait_tagged(meta, store, now(), 1.0)
+    assert "[601]" not in store.rows_of("tenant", "7")["orders"]
+    assert cli.main(["tags", "wait", "--zone", "b", "--timeout", "1"]) == 1
+    assert "zone b: not tagged up to a" in capsys.readouterr().err
+    assert cli.main(["tags", "wait", "--zone", "b", "--timeout", "0"]) == 2
+    assert "--timeout 0: give 0 < seconds <= 86400" in capsys.readouterr().err
