@@ -174,6 +174,36 @@ def test_full_environment_with_airflow_up_then_down(dev_env, tmp_path):
         assert any(line.startswith(name) and line.endswith("healthy") for line in status.stdout.splitlines())
     assert "Airflow UI: http://127.0.0.1:" in result.stdout and "login: admin" in result.stdout
     assert time.monotonic() - started < 400
+    _zonesync_http_api(env)
     down = zs(env, "dev", "down")
     assert down.returncode == 0
     assert procs.wait_until(lambda: _our_processes(tmp_path) == [], 30), _our_processes(tmp_path)
+
+
+def _zonesync_http_api(env) -> None:
+    """The plugin's HTTP API on the env's api-server: refused without Airflow's token, and
+    with it the registry's answers (a registered tenant, its chat, an unknown entity, a
+    bad type named in one line)."""
+    from zonesync.airflow_api import AirflowApi
+
+    reg = zs(env, "entity", "register", "tenant", "42", "--zone", "b", "--le", "tenant:42", "--le", "chat:9001",
+             "--reason", "e2e: the HTTP API")  # fmt: skip
+    assert reg.returncode == 0, reg.stdout + reg.stderr
+    password = json.loads((Path(env["ZONESYNC_STATE_DIR"]) / "airflow" / "passwords.json").read_text())["admin"]
+    api = AirflowApi(f"http://127.0.0.1:{env['ZONESYNC_AIRFLOW_PORT']}", "admin", password)
+    assert api._raw("GET", "/zonesync/api/v1/entities/chat/9001", auth=False)[0] == 401
+    api._token = "not-a-token"
+    assert api._raw("GET", "/zonesync/api/v1/entities/chat/9001")[0] == 403
+    api._token = None
+    status, doc = api._raw("GET", "/zonesync/api/v1/entities/chat/9001")
+    assert status == 200 and doc["zone"] == "b" and doc["status"] == "ACTIVE" and not doc["stop_write"], doc
+    assert doc["how"] == "registered (chat 9001, of tenant 42)", doc
+    status, doc = api._raw("GET", "/zonesync/api/v1/tenants/42")
+    assert status == 200 and doc["zone"] == "b", doc
+    assert [(e["type"], e["id"], e["zone"]) for e in doc["locating_entities"]] == [("chat", "9001", "b"),
+                                                                                  ("tenant", "42", "b")]  # fmt: skip
+    status, doc = api._raw("GET", "/zonesync/api/v1/entities/project/77")
+    assert status == 404 and "unknown" in doc["detail"], doc
+    status, doc = api._raw("GET", "/zonesync/api/v1/entities/bad-type/1")
+    assert status == 400 and "type 'bad-type' must be a plain name" in doc["detail"], doc
+    assert api._raw("GET", "/zonesync/api/v1/tenants/43")[0] == 404
