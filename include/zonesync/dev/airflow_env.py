@@ -200,11 +200,14 @@ def admin_password(cfg: EnvConfig) -> str | None:
         return None
 
 
-def health(cfg: EnvConfig) -> dict | None:
-    """Airflow's own health document (metadatabase, scheduler, triggerer, dag processor)."""
+def health(cfg: EnvConfig, timeout: float = 10.0) -> dict | None:
+    """Airflow's own health document (metadatabase, scheduler, triggerer, dag processor).
+    The timeout is long: the api-server's one worker waits on SQLite's lock while a task
+    starts (6 s seen right after `dev up`, when the hourly check's first run starts), and a
+    busy api-server is not an unhealthy one."""
     url = f"http://127.0.0.1:{cfg.airflow_port}/api/v2/monitor/health"
     try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return json.loads(resp.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None
