@@ -154,6 +154,37 @@ def test_the_spark_job_finds_the_same_rows(zone_b, spark, meta, tmp_path):
     assert {t: sorted(v) for t, v in found.items()} == expected
 
 
+def test_the_spark_job_runs_on_a_standalone_cluster(zone_b, meta, standalone, tmp_path):
+    """The same job spark-submitted to a standalone master and worker: the same counts as
+    locate, and every key written out by the executors."""
+    import json
+    from pathlib import Path
+
+    from spark_jobs import entity_rows
+    from tests.support.rules import meta_url
+    from tests.support.spark_cluster import submit
+
+    b, rules, store = zone_b
+    conn = b.connect("zonesync_app")
+    try:
+        expected = locate(conn, store, rules, "tenant", "7")
+    finally:
+        conn.close()
+    args = ["--entity", "tenant:7", "--zone", f"b=jdbc:mysql://127.0.0.1:{b.port}/zonesync_app", "--zone-user",
+            "b=root", "--meta", meta_url(meta), "--output", str(tmp_path / "rows.json"), "--keys",
+            str(tmp_path / "keys")]  # fmt: skip
+    job = submit(Path(entity_rows.__file__), args, standalone.url, tmp_path / "submit.log")
+    assert job.wait(300) == 0, (tmp_path / "submit.log").read_text()[-3000:]
+    out = json.loads((tmp_path / "rows.json").read_text())
+    assert out["tables"] == {t: len(v) for t, v in expected.items()} and out["rows"] == sum(map(len, expected.values()))
+    written = sorted(
+        (row["table_name"], row["idx"])
+        for f in (tmp_path / "keys").glob("part-*.json")
+        for row in map(json.loads, f.read_text().splitlines())
+    )
+    assert written == sorted((t, idx) for t, v in expected.items() for idx in v)
+
+
 def test_the_spark_jobs_entity_argument_is_checked(capsys):
     from spark_jobs import entity_rows
 
