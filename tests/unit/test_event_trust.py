@@ -200,3 +200,32 @@ def test_the_integer_fast_path_answers_as_the_general_one():
                     except EventError:
                         fast = False
                     assert fast == general, (doc, table, zone, k)
+
+
+def test_a_registered_entitys_unit_owns_its_rows_from_its_registration_within_the_skew():
+    """A tenant registered in b (its ZSID a's) is written in b: b's events of its rows pass
+    from the registration on (within the skew either side), a's written after its move do
+    not; another tenant of a's ZSIDs is still judged by its ZSID."""
+    from zonesync.rules import parse
+
+    rules = parse({
+        "zsid_space": {"min": 0, "max": 9},
+        "rules": [{"zsids": "0-4", "zone": "a"}, {"zsids": "5-9", "zone": "b"}],
+        "tables": {"tenants": {"column": "id", "function": "modulo", "buckets": 10,
+                               "entity": {"type": "tenant", "column": "id"}}},
+    })  # fmt: skip
+    owners = _history((NOW - 5 * H, rules), skew_h=1)
+    owners.add_units([(2, (NOW - 3 * H) / 1e6, "tenant", "3", "b"), (3, (NOW - 2 * H) / 1e6, "tenant", "13", "a")])
+    owners.check(_row(3, version=NOW, zone="b"))  # its unit's
+    owners.check(_row(3, version=NOW - 3 * H - H // 2, zone="b"))  # within the skew before its registration
+    owners.check(_row(3, version=NOW - 3 * H - H // 2, zone="a"))  # a's before the move: by its ZSID
+    with pytest.raises(EventError, match="zone b did not own the row's ZSID, nor was it the unit"):
+        owners.check(_row(3, version=NOW - 5 * H, zone="b"))  # long before it was registered in b
+    with pytest.raises(EventError, match="zone c did not own"):
+        owners.check(_row(3, version=NOW, zone="c"))
+    with pytest.raises(EventError, match="zone b did not own"):
+        owners.check(_row(23, version=NOW, zone="b"))  # tenant 23: not registered, a's ZSID
+    owners.add_units([(2, (NOW - 3 * H) / 1e6, "tenant", "3", "c")])  # a version read before: ignored
+    with pytest.raises(EventError, match="zone c did not own"):
+        owners.check(_row(3, version=NOW, zone="c"))
+    assert owners.last_unit_version == 3

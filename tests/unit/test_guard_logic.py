@@ -84,6 +84,21 @@ def test_entity_flags():
     assert state(entities=flags).decide("orders", {"tenant": 32}).entity == ("t", "32")
 
 
+def test_a_registered_entitys_unit_decides_its_rows_over_its_zsids_owner():
+    """Owner precedence (docs/migration.md): tenant 22's ZSID 2 is a's, but it is registered
+    in b: b writes its rows, a refuses them naming b; tenant 14's ZSID 4 is BLOCKed by a
+    switch, but it is registered in a: a writes it; unregistered tenants follow their ZSID."""
+    flags = {("t", "22"): ("b", False), ("t", "14"): ("a", False)}
+    assert state("b", flags).decide("orders", {"tenant": 22}).entity == ("t", "22")
+    with pytest.raises(WrongZone, match="t 22 is owned by zone b"):
+        state("a", flags).decide("orders", {"tenant": 22})
+    assert state("a", flags).decide("orders", {"tenant": 14}).zsid == 4
+    with pytest.raises(ZoneReshardingBlocked, match="ZSID 4 is BLOCK"):
+        state("a", flags).decide("orders", {"tenant": 24})
+    with pytest.raises(WrongZone):
+        state("b", flags).decide("orders", {"tenant": 32})
+
+
 def test_no_rules_means_nothing_is_writable():
     with pytest.raises(ZsidUndetermined, match="no rules published"):
         GuardState(0, "a", None).decide("orders", {"tenant": 1})

@@ -47,12 +47,26 @@ class GuardState:
         return self.rules.txn_deadline_ms if self.rules else 0
 
     def decide(self, table: str, row: dict) -> Decision:
-        """Allow the write of `row` into `table` here, or raise why not."""
+        """Allow the write of `row` into `table` here, or raise why not. The row's owner is
+        its entity when its table declares one and the entity is registered (the unit and
+        the stop-write flag decide, whatever zone holds its ZSID: an entity is placed, and
+        migrated, on its own), else its ZSID (the rules' owner, ACTIVE)."""
         if self.index is None:
             raise ZsidUndetermined(f"no rules published yet (version {self.version}): nothing is writable")
         try:
             spec = self.index.table(table)
             zsid = self.index.zsid_of(table, row)
+        except ZsidUnknown as exc:
+            raise ZsidUndetermined(str(exc)) from None
+        entity = None
+        if spec.entity is not None:
+            value = row.get(spec.entity.column)
+            if value is None:
+                raise ZsidUndetermined(f"table {table}: the row has no {spec.entity.column}, its entity column")
+            entity = (spec.entity.type, str(value))
+            if self._registered(entity, zsid):
+                return Decision(zsid, entity)
+        try:
             rule = self.index.rule_for(zsid)
         except ZsidUnknown as exc:
             raise ZsidUndetermined(str(exc)) from None
@@ -60,13 +74,6 @@ class GuardState:
             raise ZoneReshardingBlocked(zsid, rule.status, self.version)
         if rule.zone != self.zone:
             raise WrongZone(rule.zone, zsid, self.version)
-        entity = None
-        if spec.entity is not None:
-            value = row.get(spec.entity.column)
-            if value is None:
-                raise ZsidUndetermined(f"table {table}: the row has no {spec.entity.column}, its entity column")
-            entity = (spec.entity.type, str(value))
-            self._registered(entity, zsid)
         return Decision(zsid, entity)
 
     def _registered(self, entity: tuple[str, str], zsid: int | None) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zonesync.meta.db import MetaError
-from zonesync.meta.store import MetaStore, audit, default_actor
+from zonesync.meta.store import MetaStore, audit, default_actor, record_units
 from zonesync.sql_names import is_ident
 
 STATUSES = ("ACTIVE", "MIGRATING", "SYNCING", "STOP_WRITE")
@@ -101,6 +101,7 @@ class EntityRegistry(MetaStore):
                 "be_type = VALUES(be_type), be_id = VALUES(be_id)",
                 [(t, i, zone_ids[zone], status, int(status == "STOP_WRITE"), version, be_type, be_id) for t, i in les],
             )
+            record_units(cur, version, [(t, i, zone_ids[zone], status == "STOP_WRITE") for t, i in les])
             audit(cur, author, "entities.register",
                   {"reason": reason, "biz": [be_type, be_id], "zone": zone, "status": status,
                    "locating": [list(le) for le in les]}, version)  # fmt: skip

@@ -45,6 +45,15 @@ class VersionInfo:
     created_at: object
 
 
+def record_units(cur, version: int, units: list[tuple[str, str, int, bool]]) -> None:
+    """Each entity's unit as of `version` ((le_type, le_id, zone id, stop_write)), appended to
+    the units' history (meta migration 0015) in the version's transaction."""
+    cur.executemany(
+        "INSERT INTO entity_units (version, le_type, le_id, unit_zone, stop_write) VALUES (%s, %s, %s, %s, %s)",
+        [(version, t, i, z, int(s)) for t, i, z, s in units],
+    )
+
+
 def audit(cur, actor: str, action: str, detail: dict, version: int | None = None) -> None:
     cur.execute(
         "INSERT INTO audit_log (actor, action, version, detail) VALUES (%s, %s, %s, %s)",
@@ -183,6 +192,18 @@ class MetaStore:
         )
         return [(int(v), float(t), parse(json.loads(doc), f"rules version {v}")) for v, t, doc in rows]
 
+    def entity_units_after(self, version: int) -> list[tuple[int, float, str, str, str]]:
+        """Entity units published in versions newer than `version`, oldest first: (version,
+        published at as epoch seconds, le_type, le_id, unit zone name): what an applier's
+        owner history adds beside the rules (apply/loop/owner_history.py)."""
+        rows, _ = self.meta.run(
+            "SELECT u.version, UNIX_TIMESTAMP(v.created_at), u.le_type, u.le_id, z.name FROM entity_units u "
+            "JOIN versions v ON v.version = u.version JOIN zones z ON z.zone_id = u.unit_zone "
+            "WHERE u.version > %s ORDER BY u.version",
+            (version,),
+        )
+        return [(int(v), float(t), le_type, le_id, zone) for v, t, le_type, le_id, zone in rows]
+
     def rules_version(self, version: int) -> RuleSet:
         """Exactly rules version `version` (for show/diff); an error names what exists."""
         conn = self.connect()
@@ -258,6 +279,8 @@ class MetaStore:
                     for c in changes
                 ],
             )
+            record_units(cur, version, [(c["le_type"], str(c["le_id"]), zone_ids[c["unit_zone"]],
+                                         bool(c.get("stop_write"))) for c in changes])  # fmt: skip
             audit(cur, author, "entities.publish", {"reason": reason, "changes": changes}, version)
         return version
 

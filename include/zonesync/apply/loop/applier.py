@@ -175,10 +175,13 @@ class Applier:
         owners = self.owners
         if owners is None:
             return False
-        newer = self.meta_outage.call(MetaStore(self.meta).rules_after, owners.last_version, default=None)
+        store = MetaStore(self.meta)
+        newer = self.meta_outage.call(store.rules_after, owners.last_version, default=None)
         if newer is not None:
             owners.add(newer)
-            return bool(newer)
+            units = self.meta_outage.call(store.entity_units_after, owners.last_unit_version, default=None) or []
+            owners.add_units(units)
+            return bool(newer or units)
         if not owners.known and not self._owners_warned:
             self._owners_warned = True
             log.warning("applier %s: meta has not answered yet: events' owners are unchecked until it does", self.zone)

@@ -19,10 +19,14 @@ This is what lets a zone switch's history through: the old owner's last writes, 
 after the ZSID moved, were made under the version before the block, and a replay of
 last week's binlog is judged by last week's rules.
 
-What it does not check: locating entities (a tenant placed in another zone narrows what
-the guard lets through further; the ZSID's owner is a necessary condition, not all of
-it), and `_zs_origin`, which names the zone that last wrote the row through a guard, not
-the zone whose binlog the change is in (capture/replicator.py publishes by session).
+Locating entities: a guard judges a row of a registered entity by the entity's unit, not
+by its ZSID's owner (dal/state.py), so an event is believable too when its table declares
+an entity column and Z was that entity's unit in a version in force within the same
+window (`add_units`: meta's entity_units, every entity change with its version). The
+check stays a necessary condition, not all of it: an event that passes by its ZSID is not
+asked about an entity registered elsewhere. Not checked: `_zs_origin`, which names the
+zone that last wrote the row through a guard, not the zone whose binlog the change is in
+(capture/replicator.py publishes by session).
 
 The history is read from meta once per applier pass and once a second, only the versions
 published since the last read (each is parsed once). While meta has never answered, the
@@ -63,6 +67,10 @@ class OwnerHistory:
         self._in_window: tuple[RuleIndex, ...] = ()
         self._specs: dict[str, tuple] = {}
         self._fast: dict[tuple[str, str], tuple] = {}  # (table, zone) -> (column, tests of an integer value)
+        # each registered entity's units: (le_type, le_id) -> ([from, epoch µs], [zone]), in
+        # publication order; the newest entity version added
+        self._units: dict[tuple[str, str], tuple[list[int], list[str]]] = {}
+        self.last_unit_version = 0
 
     def add(self, versions: list[tuple[int, float, RuleSet]]) -> None:
         """Versions published after `last_version`, oldest first: (version, epoch s, rules)."""
@@ -81,6 +89,32 @@ class OwnerHistory:
             self._indexes.append(last if same else RuleIndex(rules))
             self.last_version = version
         self._window = (0, -1)
+
+    def add_units(self, units: list[tuple[int, float, str, str, str]]) -> None:
+        """Entity units published after `last_unit_version`, oldest first: (version, epoch s,
+        le_type, le_id, zone)."""
+        newest = self.last_unit_version
+        for version, published_s, le_type, le_id, zone in units:
+            if version <= self.last_unit_version:
+                continue
+            starts, zones = self._units.setdefault((le_type, le_id), ([], []))
+            starts.append(max(round(published_s * 1_000_000), starts[-1] if starts else 0))
+            zones.append(zone)
+            newest = max(newest, version)
+        self.last_unit_version = newest
+
+    def entity_held(self, zone: str, entity: tuple[str, str], at_us: int) -> bool:
+        """Whether `zone` was `entity`'s unit at some time within the skew either side of
+        `at_us` (never, before the entity was first registered: its ZSID decided then)."""
+        found = self._units.get(entity)
+        if found is None:
+            return False
+        starts, zones = found
+        last = bisect.bisect_right(starts, at_us + self.skew_us)
+        if last == 0:
+            return False
+        first = max(bisect.bisect_right(starts, at_us - self.skew_us) - 1, 0)
+        return zone in zones[first:last]
 
     def in_force(self, at_us: int) -> tuple[RuleIndex, ...]:
         """The distinct versions in force at some time within the skew either side of `at_us`.
@@ -151,10 +185,23 @@ class OwnerHistory:
             if test is not None:
                 self._fast[(e.table, e.source_zone)] = test
         for image in (e.old, e.new):
-            if image is not None and not _owned(e.source_zone, specs, image):
+            if image is not None and not _owned(e.source_zone, specs, image) and not self._unit_of(e, specs, image):
                 raise EventError(f"event LSN {e.lsn} of {e.table} {e.pk}: zone {e.source_zone} did not own the "
-                                 "row's ZSID in any rules version in force at its version: only the owner writes "
-                                 "a row")  # fmt: skip
+                                 "row's ZSID, nor was it the unit of the row's entity, in any version in force at "
+                                 "its version: only the owner writes a row")  # fmt: skip
+
+    def _unit_of(self, e: ChangeEvent, specs, image: dict) -> bool:
+        """Whether `e.source_zone` was the unit of the entity of `image` (by a table spec
+        that declares one) when it was written."""
+        for _, spec in specs:
+            if spec.entity is None or not self._units:
+                continue
+            value = image.get(spec.entity.column)
+            if type(value) is dict:  # a tagged value
+                value = decode_row({spec.entity.column: value})[spec.entity.column]
+            if value is not None and self.entity_held(e.source_zone, (spec.entity.type, str(value)), e.version):
+                return True
+        return False
 
 
 def _owned(zone: str, specs, image: dict) -> bool:
