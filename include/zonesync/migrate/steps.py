@@ -1,0 +1,232 @@
+"""A migration of a biz entity's locating entities, step by step (seed 004 §5, docs/migration.md);
+one function per DAG task. Replicated tables only so far: every zone holds the LEs' rows,
+so what moves is who may write them (owner precedence: a registered LE's unit decides).
+
+Each step re-reads the run row, does what is left, and records what it decided before
+acting on it, so killing it anywhere and running it again converges:
+
+preflight      the request valid; the biz entity registered with every LE together in one
+               unit and writable; the target another known zone; every guard healthy; the
+               target's appliers of the source's stream not halted; one migration of the
+               entity at a time. Nothing is published.
+stop_write     the LEs' stop-write flag, unit still the source, as one meta version; every
+               registered guard must ack it (a silent one fails the step, to roll back):
+               from the acks on, no zone accepts a write of the LEs, and none judged under
+               an older version is still in flight (a guard acks only then). The moment is
+               stamped on meta's clock.
+sync_position  once meta's clock passes the acks plus the rules' maximum transaction time,
+               P = the source's binlog position: every write of the LEs is before it.
+synced         (a sensor) the target applied the source's stream up to P (the last data of
+               the LEs, for replicated tables: their rows are where the mesh put them).
+flip           the point of no return: unit := target, writes still stopped; every healthy
+               guard acks. From here failures retry, never roll back.
+lift           writes allowed in the target; every healthy guard acks; the run succeeds,
+               with its stop-write window (stop's acks to lift's acks).
+rollback       before flip, when a step failed for good: the LEs writable again in the
+               source; after flip it refuses (claim_phase makes the two exclusive).
+
+Not built yet (issue 22): verify (the LEs' rows compared between source and target before
+the flip), resident tables (stock copy, incremental stream, the Last LE Data marker), the
+DAG, the CLI and the HTTP endpoints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from zonesync.apply.tools.progress import is_applied
+from zonesync.capture.binlog import binlog_end
+from zonesync.meta.db import MetaConfig, MetaError
+from zonesync.meta.entities import EntityRegistry
+from zonesync.meta.guards import AckTimeout, UnhealthyGuards, require_healthy, wait_acks
+from zonesync.meta.store import MetaStore
+from zonesync.migrate.request import MigrationRefused, MigrationRequest
+from zonesync.migrate.store import FAILED, ROLLED_BACK, RUNNING, SUCCEEDED, Migration, MigrationStore
+
+
+class MigrationError(MetaError):
+    """A step that could not do its part (the DAG's task fails; before flip, rollback runs)."""
+
+
+@dataclass
+class MigrationContext:
+    meta: MetaConfig
+    run_id: str
+    request: MigrationRequest
+    zone_conn: Callable  # zone name -> a new DB-API connection to its app database
+    actor: str = "airflow"
+    ack_timeout_s: float = 10.0
+
+    @property
+    def store(self) -> MigrationStore:
+        return MigrationStore(self.meta)
+
+
+def _with(ctx: MigrationContext, zone: str, fn):
+    conn = ctx.zone_conn(zone)
+    try:
+        return fn(conn)
+    finally:
+        conn.close()
+
+
+def _running(ctx: MigrationContext) -> Migration:
+    run = ctx.store.require(ctx.run_id)
+    if run.status != RUNNING or run.phase == "rolling_back":
+        raise MigrationError(f"migration {ctx.run_id} is {run.status} ({run.phase}): {run.detail or ''}".strip())
+    return run
+
+
+def _publish(ctx: MigrationContext, run: Migration, zone: str, status: str, what: str) -> int:
+    """The LEs (and their biz entity) in `zone` with `status`, as one new meta version. A
+    step killed after this and before recording the version publishes the same again on
+    its retry: the same content, one more version."""
+    return EntityRegistry(ctx.meta).register_biz(
+        run.be_type, run.be_id, zone, run.les, f"migration {run.run_id}: {what} ({run.reason})", status=status,
+        author=ctx.actor,
+    )  # fmt: skip
+
+
+def _acks(ctx: MigrationContext, version: int, step: str, every_instance: bool) -> None:
+    try:
+        wait_acks(ctx.meta, version, set(MetaStore(ctx.meta).zones()), ctx.ack_timeout_s, unhealthy_too=every_instance)
+    except AckTimeout as exc:
+        raise MigrationError(f"{step}: {exc}") from None
+
+
+def preflight(ctx: MigrationContext) -> Migration:
+    """The run's row, or MigrationRefused naming what is wrong (nothing changed)."""
+    existing = ctx.store.get(ctx.run_id)
+    if existing is not None:
+        return existing
+    req = ctx.request
+    zones = MetaStore(ctx.meta).zones()
+    req.check(zones)
+    found = EntityRegistry(ctx.meta).biz(req.be_type, req.be_id)
+    if found is None:
+        raise MigrationRefused(f"tenant: {req.be_type} {req.be_id} is not a registered biz entity: register it "
+                               "(`zonesync entity register`) before migrating it")  # fmt: skip
+    biz, les = found
+    if not les:
+        raise MigrationRefused(f"tenant: {req.be_type} {req.be_id} has no locating entity: nothing to migrate")
+    if biz.zone == req.target_zone:
+        raise MigrationRefused(f"to: {req.be_type} {req.be_id} is in zone {biz.zone} already")
+    apart = [f"{le.le_type} {le.le_id} ({le.zone}{', stopped' if le.stop_write else ''})" for le in les
+             if le.zone != biz.zone or le.stop_write]  # fmt: skip
+    if apart:
+        raise MigrationRefused(f"tenant: locating entities not writable in {biz.zone} with their biz entity: "
+                               f"{', '.join(apart)}; finish or roll back what moved or stopped them")  # fmt: skip
+    try:
+        require_healthy(ctx.meta, set(zones))
+    except UnhealthyGuards as exc:
+        raise MigrationRefused(f"guards: {exc}") from None
+    halted = _with(ctx, req.target_zone, lambda conn: _halted(conn, biz.zone))
+    if halted:
+        raise MigrationRefused(f"to: zone {req.target_zone} halted partitions {halted} of zone {biz.zone}'s stream: "
+                               "resume them (`zonesync resume`) first")  # fmt: skip
+    return ctx.store.create(ctx.run_id, req, biz.zone, [(le.le_type, le.le_id) for le in les], ctx.actor)
+
+
+def _halted(conn, source_zone: str) -> list[int]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT partition_no FROM zonesync.apply_state WHERE source_zone = %s AND status = 'halted' "
+                    "ORDER BY partition_no", (source_zone,))  # fmt: skip
+        found = [int(p) for (p,) in cur.fetchall()]
+    conn.commit()
+    return found
+
+
+def stop_write(ctx: MigrationContext) -> Migration:
+    """The LEs stopped in the source; every registered guard's ack; the moment stamped."""
+    run = _running(ctx)
+    if run.stop_version is None:
+        run = ctx.store.set_once(ctx.run_id, stop_version=_publish(ctx, run, run.source_zone, "STOP_WRITE", "stop"))
+    _acks(ctx, run.stop_version, "stop_write", every_instance=True)
+    ctx.store.phase(ctx.run_id, "stopped")
+    return ctx.store.stamp_once(ctx.run_id, "stopped_at")
+
+
+def sync_position(ctx: MigrationContext, sleep=time.sleep) -> tuple[str, int]:
+    """P: the source's binlog position once meta's clock passed the stop's acks plus the
+    rules' maximum transaction time (recorded once)."""
+    run = _running(ctx)
+    if run.stopped_at is None:
+        raise MigrationError("sync_position: the stop-write is not acked yet: run stop_write first")
+    if run.position is None:
+        found = MetaStore(ctx.meta).rules_at()
+        deadline_ms = found[1].txn_deadline_ms if found else 0
+        left_ms = deadline_ms - ctx.store.ms_since_stopped(ctx.run_id)
+        if left_ms > 0:
+            sleep(left_ms / 1000)  # a span of the protocol, on meta's clock: no event marks its end
+        position = _with(ctx, run.source_zone, binlog_end)
+        if position is None:
+            raise MigrationError(f"sync_position: zone {run.source_zone} has no binary log: zonesync needs one")
+        run = ctx.store.set_once(ctx.run_id, position_json=list(position))
+    return run.position
+
+
+def synced(ctx: MigrationContext) -> bool:
+    """Has the target applied the source's stream up to P? (the sensor's poke)"""
+    run = _running(ctx)
+    if run.position is None:
+        raise MigrationError("synced: no source position recorded: run sync_position first")
+    done = _with(ctx, run.target_zone, lambda conn: is_applied(ctx.meta, conn, run.source_zone, run.position))
+    if done:
+        ctx.store.phase(ctx.run_id, "synced")
+    return done
+
+
+def flip(ctx: MigrationContext) -> Migration:
+    """The point of no return: the LEs' unit the target, writes still stopped."""
+    run = ctx.store.require(ctx.run_id)
+    if run.status != RUNNING:
+        raise MigrationError(f"flip: migration {ctx.run_id} is {run.status}")
+    if run.position is None:
+        raise MigrationError("flip: the target is not proven synced: run sync_position and synced first")
+    if not ctx.store.claim_phase(ctx.run_id, "flipping"):
+        raise MigrationError("flip: the migration is rolling back; start a new one")
+    if run.flip_version is None:
+        run = ctx.store.set_once(ctx.run_id, flip_version=_publish(ctx, run, run.target_zone, "STOP_WRITE", "flip"))
+    _acks(ctx, run.flip_version, "flip", every_instance=False)
+    return ctx.store.stamp_once(ctx.run_id, "flipped_at")
+
+
+def lift(ctx: MigrationContext) -> Migration:
+    """Writes allowed in the target; the run succeeds with its stop-write window."""
+    run = ctx.store.require(ctx.run_id)
+    if run.flip_version is None:
+        raise MigrationError("lift: the unit is not flipped yet: run flip first")
+    if run.lift_version is None:
+        run = ctx.store.set_once(ctx.run_id, lift_version=_publish(ctx, run, run.target_zone, "ACTIVE", "lift"))
+    _acks(ctx, run.lift_version, "lift", every_instance=False)
+    run = ctx.store.stamp_once(ctx.run_id, "lifted_at")
+    if run.status == RUNNING:
+        ctx.store.finish(ctx.run_id, SUCCEEDED, f"{len(run.les)} locating entities moved {run.source_zone} -> "
+                         f"{run.target_zone}; stop-write window {run.window_ms:.0f} ms", phase="lifted")  # fmt: skip
+    return ctx.store.require(ctx.run_id)
+
+
+def rollback(ctx: MigrationContext, why: str) -> str:
+    """Before flip: the LEs writable again in the source, the run rolled back with `why`."""
+    store = ctx.store
+    run = store.get(ctx.run_id)
+    if run is None:
+        return "nothing to roll back: the migration never started (preflight refused it)"
+    if run.status == ROLLED_BACK:
+        return run.detail or "rolled back"
+    if not store.claim_phase(ctx.run_id, "rolling_back"):
+        return "not rolled back: flip has started (past the point of no return); run flip and lift again"
+    run = store.require(ctx.run_id)  # stop_write may have published between the first read and the claim
+    if run.stop_version is None:
+        store.finish(ctx.run_id, FAILED, f"refused before any push: {why}")
+        return f"nothing was pushed; migration failed: {why}"
+    version = _publish(ctx, run, run.source_zone, "ACTIVE", "rollback")
+    try:
+        _acks(ctx, version, "rollback", every_instance=False)
+    except MigrationError as exc:
+        store.finish(ctx.run_id, ROLLED_BACK, f"{why}; writable in {run.source_zone} again, but {exc}")
+        raise
+    store.finish(ctx.run_id, ROLLED_BACK, f"{why}; writable in {run.source_zone} again (v{version})")
+    return store.require(ctx.run_id).detail

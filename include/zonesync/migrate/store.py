@@ -1,0 +1,146 @@
+"""A migration's durable state in meta (table `migrations`): resume = re-read it.
+
+The run row is made by preflight (one per Airflow run id: a retried preflight finds its
+own); one migration of a biz entity at a time. A step writes what it decided (each
+version it published, the source's binlog position) once, before acting on it, and
+stamps its moments with meta's clock, so a step killed and run again reads its first
+decision back. `claim_phase` makes the flip and the rollback exclusive.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+
+from zonesync.meta.db import MetaConfig, MetaError
+from zonesync.migrate.request import MigrationRefused, MigrationRequest
+
+RUNNING, SUCCEEDED, FAILED, ROLLED_BACK = "running", "succeeded", "failed", "rolled_back"
+ONCE = ("stop_version", "position_json", "flip_version", "lift_version")
+STAMPS = ("stopped_at", "flipped_at", "lifted_at")
+
+
+@dataclass
+class Migration:
+    id: int
+    run_id: str
+    be_type: str
+    be_id: str
+    source_zone: str
+    target_zone: str
+    mode: str
+    les_json: str
+    reason: str
+    actor: str
+    status: str
+    phase: str
+    stop_version: int | None
+    stopped_at: object
+    position_json: str | None
+    flip_version: int | None
+    flipped_at: object
+    lift_version: int | None
+    lifted_at: object
+    detail: str | None
+    created_at: object
+    updated_at: object
+    finished_at: object
+
+    @property
+    def les(self) -> list[tuple[str, str]]:
+        return [(t, i) for t, i in json.loads(self.les_json)]
+
+    @property
+    def position(self) -> tuple[str, int] | None:
+        return None if self.position_json is None else tuple(json.loads(self.position_json))
+
+    @property
+    def window_ms(self) -> float | None:
+        """The stop-write window: from the stop's acks to the lift's, once lifted."""
+        if self.stopped_at is None or self.lifted_at is None:
+            return None
+        return (self.lifted_at - self.stopped_at).total_seconds() * 1000
+
+
+COLUMNS = ", ".join(f.name for f in fields(Migration))
+
+
+class MigrationStore:
+    def __init__(self, meta: MetaConfig):
+        self.meta = meta
+
+    def get(self, run_id: str) -> Migration | None:
+        rows, _ = self.meta.run(f"SELECT {COLUMNS} FROM migrations WHERE run_id = %s", (run_id,))
+        return Migration(*rows[0]) if rows else None
+
+    def require(self, run_id: str) -> Migration:
+        found = self.get(run_id)
+        if found is None:
+            raise MetaError(f"no migration with run id {run_id!r}: `zonesync migrations` lists them")
+        return found
+
+    def create(self, run_id: str, req: MigrationRequest, source_zone: str, les: list, actor: str) -> Migration:
+        """The run's row; refused while another migration of the same biz entity runs.
+        Creators take turns (a named lock) and read the running ones with a locking read,
+        as the copies do (copy/store.py: no write skew)."""
+        with self.meta.transaction() as cur:
+            cur.execute("SELECT GET_LOCK(CONCAT(DATABASE(), '.migrations.create'), 30)")
+            if cur.fetchone()[0] != 1:
+                raise MigrationRefused("run_id: another migration is being created this moment; try again")
+            cur.execute(
+                "SELECT run_id FROM migrations WHERE be_type = %s AND be_id = %s AND status = %s AND run_id <> %s "
+                "FOR UPDATE",
+                (req.be_type, req.be_id, RUNNING, run_id),
+            )
+            other = cur.fetchone()
+            if other:
+                raise MigrationRefused(f"tenant: {req.be_type} {req.be_id} is being migrated already ({other[0]}); "
+                                       "wait for it or roll it back")  # fmt: skip
+            cur.execute(
+                "INSERT IGNORE INTO migrations (run_id, be_type, be_id, source_zone, target_zone, mode, les_json, "
+                "reason, actor) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (run_id, req.be_type, req.be_id, source_zone, req.target_zone, req.mode,
+                 json.dumps([list(le) for le in les]), req.reason[:500], actor[:128]),
+            )  # fmt: skip
+        return self.require(run_id)
+
+    def set_once(self, run_id: str, **values) -> Migration:
+        """Store each value unless one is there already; the row as stored."""
+        unknown = set(values) - set(ONCE)
+        if unknown:
+            raise ValueError(f"not a write-once migration field: {sorted(unknown)}")
+        sets = ", ".join(f"{k} = COALESCE({k}, %s)" for k in values)
+        encoded = [json.dumps(v) if k.endswith("_json") else v for k, v in values.items()]
+        self.meta.run(f"UPDATE migrations SET {sets} WHERE run_id = %s", (*encoded, run_id))
+        return self.require(run_id)
+
+    def stamp_once(self, run_id: str, field: str) -> Migration:
+        """A moment, on meta's clock, once."""
+        if field not in STAMPS:
+            raise ValueError(f"not a migration time field: {field}")
+        self.meta.run(f"UPDATE migrations SET {field} = COALESCE({field}, NOW(6)) WHERE run_id = %s", (run_id,))
+        return self.require(run_id)
+
+    def phase(self, run_id: str, phase: str) -> None:
+        self.meta.run("UPDATE migrations SET phase = %s WHERE run_id = %s AND phase NOT IN ('flipping', "
+                      "'lifted', 'rolling_back')", (phase, run_id))  # fmt: skip
+
+    def claim_phase(self, run_id: str, phase: str) -> bool:
+        """Enter 'flipping' or 'rolling_back', unless the other was entered first: the point
+        of no return as one conditional update."""
+        other = {"flipping": "rolling_back", "rolling_back": "flipping"}[phase]
+        self.meta.run("UPDATE migrations SET phase = %s WHERE run_id = %s AND phase NOT IN (%s, 'lifted')",
+                      (phase, run_id, other))  # fmt: skip
+        return self.require(run_id).phase in (phase, "lifted" if phase == "flipping" else phase)
+
+    def finish(self, run_id: str, status: str, detail: str = "", phase: str | None = None) -> None:
+        sets = ", phase = %s" if phase else ""
+        self.meta.run(f"UPDATE migrations SET status = %s, detail = %s, finished_at = NOW(6){sets} WHERE run_id = %s",
+                      (status, detail[:60000], *([phase] if phase else []), run_id))  # fmt: skip
+
+    def ms_since_stopped(self, run_id: str) -> float:
+        """Milliseconds since the stop-write's acks, on meta's clock (0 before them)."""
+        rows, _ = self.meta.run(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, stopped_at, NOW(6)) / 1000 FROM migrations WHERE run_id = %s", (run_id,)
+        )
+        return float(rows[0][0]) if rows and rows[0][0] is not None else 0.0
