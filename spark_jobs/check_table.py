@@ -39,7 +39,7 @@ class TableCheck:
         self.planner: Planner | None = None
         # a restricted check (the switch's verify): the rows of some ZSIDs (both phases),
         # without those one zone wrote (the checksums; the row diff skips their keys)
-        self.zsid_where: str | None = None
+        self.row_where: str | None = None  # the rows compared (a restricted check's)
         self.where: str | None = None
 
     def start(self) -> TableCheck:
@@ -93,17 +93,22 @@ class TableCheck:
 
     # -- what is compared ------------------------------------------------------
     def _restrict(self) -> None:
-        """The SQL of a restricted check's rows (None: every row)."""
-        parts = []
-        if self.check.zsids:
+        """The SQL of a restricted check's rows (None: every row): some ZSIDs' (a switch's
+        verify), some entities' (a migration's), without a zone's writes."""
+        rows = []
+        if self.check.zsids or self.check.entities:
             from zonesync.meta.store import MetaStore
 
             found = MetaStore(self.store.meta).rules_at(self.check.rules_version)
             if found is None or self.table not in found[1].tables:
                 raise SystemExit(f"--table {self.table}: no ZSID rule in rules v{self.check.rules_version}")
             rules = found[1]
-            self.zsid_where = check_sql.zsid_predicate(rules.tables[self.table], rules.zsid_min, self.check.zsids)
-            parts.append(self.zsid_where)
+            if self.check.zsids:
+                rows.append(check_sql.zsid_predicate(rules.tables[self.table], rules.zsid_min, self.check.zsids))
+            if self.check.entities:
+                rows.append(check_sql.entity_predicate(rules.tables[self.table], self.check.entities))
+        self.row_where = " AND ".join(rows) or None
+        parts = list(rows)
         if self.check.exclude_origin is not None:
             parts.append(f"`_zs_origin` <> {int(self.check.exclude_origin)}")
         self.where = " AND ".join(parts) or None
@@ -229,7 +234,7 @@ class TableCheck:
                                      {c["chunk"]: ("mismatch", c["zones"]) for c in chunks})  # fmt: skip
             return
         df = check_rows.extract(self.spark, self.zones, self.table, columns, key, chunks, self.nullable,
-                                self.zsid_where)  # fmt: skip
+                                self.row_where)  # fmt: skip
         found = check_rows.differing_keys(df, key, len(self.names)).collect()
         deleted = self._deleted_after_cut(conns)
         owners = _Owners(self.store.meta, self.check.rules_version, self.table)

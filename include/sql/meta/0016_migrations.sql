@@ -18,7 +18,7 @@ CREATE TABLE IF NOT EXISTS migrations (
     actor          VARCHAR(128) NOT NULL,
     -- running, then succeeded, failed or rolled_back
     status         VARCHAR(16)  NOT NULL DEFAULT 'running',
-    -- preflight, stopped, synced, flipping (the point of no return), lifted; rolling_back
+    -- preflight, stopped, synced, verified, flipping (the point of no return), lifted; rolling_back
     phase          VARCHAR(24)  NOT NULL DEFAULT 'preflight',
     stop_version   BIGINT       NULL,
     stopped_at     TIMESTAMP(6) NULL,

@@ -26,6 +26,8 @@ class CheckRequest:
     # internal (the zone switch's verify): only these ZSIDs' rows, without what this zone id wrote
     zsids: tuple[tuple[int, int], ...] = ()
     exclude_origin: int | None = None
+    # internal (a migration's verify): only the rows of these entities ((type, (id, ...)), ...)
+    entities: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def resolved(self, zones, replicated_tables) -> CheckRequest:
         """This request checked against the mesh, with its zones and tables spelled out."""
@@ -46,8 +48,14 @@ class CheckRequest:
                 f"tables: {', '.join(odd)} not replicated; the rule set's tables are {', '.join(replicated)}"
             )
         tables = tuple(self.tables) or tuple(replicated)
+        if self.entities:
+            types = {t for t, _ in self.entities}
+            tables = tuple(t for t in tables if getattr(replicated_tables[t], "entity", None) is not None
+                           and replicated_tables[t].entity.type in types)  # fmt: skip
+            if not tables:
+                raise CheckRefused(f"tables: no replicated table declares an entity of type {', '.join(sorted(types))}")
         return CheckRequest(picked, tables, self.chunk_rows, self.rows, self.repair, self.reason, self.zsids,
-                            self.exclude_origin)  # fmt: skip
+                            self.exclude_origin, self.entities)  # fmt: skip
 
 
 def check_shape(req: CheckRequest) -> None:

@@ -108,6 +108,16 @@ def _text(value: str) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+def entity_predicate(spec, entities: dict[str, list[str]]) -> str:
+    """SQL true for the rows of `spec`'s table whose declared entity is one of `entities`
+    ({type: [id, ...]}); FALSE when the table declares no entity of those types. The ids
+    compare as the column's type does (a numeric column takes '7' as 7: its index serves)."""
+    if spec.entity is None or not entities.get(spec.entity.type):
+        return "FALSE"
+    col = q(spec.entity.column)
+    return f"({col} IS NOT NULL AND {col} IN ({', '.join(_text(i) for i in entities[spec.entity.type])}))"
+
+
 def zsid_predicate(spec, zsid_min: int, spans: list[tuple[int, int]]) -> str:
     """SQL true for the rows of `spec`'s table whose ZSID is in `spans` (see above)."""
     col = q(spec.column)

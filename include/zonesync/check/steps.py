@@ -69,7 +69,7 @@ def preflight(ctx: CheckContext) -> Check:
                 raise CheckRefused(f"tables: {t}'s primary key has non-integer columns {', '.join(odd)}; the check "
                                    "chunks by integer keys only (docs/consistency-check.md)")  # fmt: skip
     return ctx.store.create(ctx.run_id, req.zones, req.tables, req.chunk_rows, req.rows, req.repair, req.reason,
-                            ctx.actor, req.zsids, req.exclude_origin)  # fmt: skip
+                            ctx.actor, req.zsids, req.exclude_origin, req.entities)  # fmt: skip
 
 
 def record_start(ctx: CheckContext, cut_us: int | None = None, rules_version: int | None = None) -> Check:

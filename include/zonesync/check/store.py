@@ -41,10 +41,15 @@ class Check:
     finished_at: object
     zsids_json: str | None = None  # [[lo, hi], ...]: only these ZSIDs' rows (the switch's verify)
     exclude_origin: int | None = None  # rows written by this zone id left out (the switch's new owner)
+    entities_json: str | None = None  # {type: [id, ...]}: only these entities' rows (a migration's verify)
 
     @property
     def zsids(self) -> list[tuple[int, int]]:
         return [] if self.zsids_json is None else [(int(lo), int(hi)) for lo, hi in json.loads(self.zsids_json)]
+
+    @property
+    def entities(self) -> dict[str, list[str]]:
+        return {} if self.entities_json is None else json.loads(self.entities_json)
 
     @property
     def zones(self) -> tuple[str, ...]:
@@ -83,13 +88,13 @@ class CheckStore:
         return found
 
     def create(self, run_id: str, zones, tables, chunk_rows: int, row_diff: bool, repair: bool, reason: str,
-               actor: str, zsids=(), exclude_origin: int | None = None) -> Check:  # fmt: skip
+               actor: str, zsids=(), exclude_origin: int | None = None, entities=()) -> Check:  # fmt: skip
         self.meta.run(
             "INSERT IGNORE INTO checks (run_id, zones_json, tables_json, chunk_rows, row_diff, repair, reason, actor, "
-            "zsids_json, exclude_origin) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            "zsids_json, exclude_origin, entities_json) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (run_id, json.dumps(list(zones)), json.dumps(list(tables)), int(chunk_rows), int(bool(row_diff)),
              int(bool(repair)), reason[:500], actor[:128], json.dumps([list(s) for s in zsids]) if zsids else None,
-             exclude_origin),
+             exclude_origin, json.dumps({t: list(ids) for t, ids in entities}) if entities else None),
         )  # fmt: skip
         return self.require(run_id)
 

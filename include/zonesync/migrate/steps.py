@@ -18,6 +18,8 @@ sync_position  once meta's clock passes the acks plus the rules' maximum transac
                P = the source's binlog position: every write of the LEs is before it.
 synced         (a sensor) the target applied the source's stream up to P (the last data of
                the LEs, for replicated tables: their rows are where the mesh put them).
+verify         the LEs' rows compared between source and target (migrate/verify.py: the
+               consistency check restricted to them); a difference fails the step.
 flip           the point of no return: unit := target, writes still stopped; every healthy
                guard acks. From here failures retry, never roll back.
 lift           writes allowed in the target; every healthy guard acks; the run succeeds,
@@ -25,8 +27,7 @@ lift           writes allowed in the target; every healthy guard acks; the run s
 rollback       before flip, when a step failed for good: the LEs writable again in the
                source; after flip it refuses (claim_phase makes the two exclusive).
 
-Not built yet (issue 22): verify (the LEs' rows compared between source and target before
-the flip), resident tables (stock copy, incremental stream, the Last LE Data marker), the
+Not built yet (issue 22): resident tables (stock copy, incremental stream, the Last LE Data marker), the
 DAG, the CLI and the HTTP endpoints.
 """
 
@@ -42,6 +43,7 @@ from zonesync.meta.db import MetaConfig, MetaError
 from zonesync.meta.entities import EntityRegistry
 from zonesync.meta.guards import AckTimeout, UnhealthyGuards, require_healthy, wait_acks
 from zonesync.meta.store import MetaStore
+from zonesync.migrate import verify as verify_check
 from zonesync.migrate.request import MigrationRefused, MigrationRequest
 from zonesync.migrate.store import FAILED, ROLLED_BACK, RUNNING, SUCCEEDED, Migration, MigrationStore
 
@@ -178,13 +180,37 @@ def synced(ctx: MigrationContext) -> bool:
     return done
 
 
+def verify_start(ctx: MigrationContext) -> dict:
+    """The consistency check of the LEs' rows (migrate/verify.py) started: what its Spark
+    job (the DAG's verify_check) needs."""
+    run = _running(ctx)
+    if run.phase not in ("synced", "verified"):
+        raise MigrationError(f"verify_start: the target is not proven synced (phase {run.phase}): run synced first")
+    return verify_check.start(verify_check.check_context(ctx.meta, run, ctx.zone_conn))
+
+
+def verify(ctx: MigrationContext, result: dict | None = None) -> dict:
+    """The check's result turned into the migration's verdict: a difference fails the step
+    (the DAG rolls back: the flip has not happened), a match lets the flip go."""
+    run = _running(ctx)
+    if result is None:
+        raise MigrationError("verify: no result of the LEs' check: run verify_start and verify_check first")
+    report = verify_check.outcome(verify_check.check_context(ctx.meta, run, ctx.zone_conn), result)
+    if report["differ"] or report.get("detail"):
+        detail = (f"{report['differ']} rows differ, e.g. {report['mismatched'][:5]}" if report["differ"]
+                  else report["detail"])  # fmt: skip
+        raise MigrationError(f"verify: {detail} (`zonesync check report {verify_check.check_run_id(run.run_id)}`)")
+    ctx.store.phase(ctx.run_id, "verified")
+    return report
+
+
 def flip(ctx: MigrationContext) -> Migration:
     """The point of no return: the LEs' unit the target, writes still stopped."""
     run = ctx.store.require(ctx.run_id)
     if run.status != RUNNING:
         raise MigrationError(f"flip: migration {ctx.run_id} is {run.status}")
-    if run.position is None:
-        raise MigrationError("flip: the target is not proven synced: run sync_position and synced first")
+    if run.phase not in ("verified", "flipping", "lifted"):
+        raise MigrationError(f"flip: the LEs' rows are not verified (phase {run.phase}): run verify first")
     if not ctx.store.claim_phase(ctx.run_id, "flipping"):
         raise MigrationError("flip: the migration is rolling back; start a new one")
     if run.flip_version is None:

@@ -31,6 +31,19 @@ def tenant7(meta):
     meta.run("DELETE FROM locating_entities WHERE le_type IN ('tenant', 'chat')")
 
 
+def _verify(ctx, zones, tmp_path) -> dict:
+    """The DAG's verify_start, verify_check (the consistency check's Spark job, in this test
+    session's Spark) and verify."""
+    from spark_jobs import consistency_check
+    from tests.integration.check.conftest import job_args
+    from tests.support.spark import session
+
+    started = steps.verify_start(ctx)
+    args = job_args(ctx.meta, zones, tmp_path, started["check_run_id"], tables=started["tables"].split(","),
+                    settle_timeout_s=30.0, docs=None)  # fmt: skip
+    return steps.verify(ctx, consistency_check.run(session(), args))
+
+
 def _ctx(zones, meta, run_id: str, to: str = "b", mode: str = "plan1", tenant: str = "7") -> steps.MigrationContext:
     return steps.MigrationContext(meta, run_id, MigrationRequest("tenant", tenant, to, mode, "test"),
                                   lambda z: zones[z].connect("zonesync_app"), actor="test")  # fmt: skip
@@ -70,7 +83,8 @@ class Writers:
             t.join(30)
 
 
-def test_a_tenant_moves_with_one_writer_at_every_instant_and_no_write_lost(cluster, guard_env, zones, meta, tenant7):
+def test_a_tenant_moves_with_one_writer_at_every_instant_and_no_write_lost(cluster, guard_env, zones, meta, tenant7,
+                                                                           tmp_path):  # fmt: skip
     """Tenant 7 moves a -> b while both zones try to write it: every insert a accepted
     began before the stop-write's acks, every one b accepted returned after the lift
     began, so the two never overlap; every accepted insert is in every zone afterwards;
@@ -86,6 +100,8 @@ def test_a_tenant_moves_with_one_writer_at_every_instant_and_no_write_lost(clust
         stopped = time.monotonic()
         steps.sync_position(ctx)
         wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
+        report = _verify(ctx, zones, tmp_path)
+        assert report["differ"] == 0 and report["tables"] == 1, report  # orders: the table declaring tenants
         steps.flip(ctx)
         lifting = time.monotonic()
         run = steps.lift(ctx)
@@ -153,3 +169,35 @@ def test_bad_requests_are_refused_in_one_line_and_record_nothing(guard_env, zone
     with pytest.raises(MigrationRefused, match="tenant: tenant 7 is being migrated already .one."):
         steps.preflight(_ctx(zones, meta, "two", to="c"))
     assert steps.rollback(_ctx(zones, meta, "one"), "test") == "nothing was pushed; migration failed: test"
+
+
+def test_a_row_that_differs_fails_verify_and_the_rollback_keeps_the_tenant_in_its_zone(
+    cluster, guard_env, zones, meta, tenant7, tmp_path
+):  # fmt: skip
+    """One of tenant 7's orders changed in b behind replication's back: verify names it and
+    fails, so no flip; the rollback leaves tenant 7 writable in a; another tenant's row
+    that differs is not the migration's business."""
+    ga = guard_env("a")
+    guard_env("b")
+    with ga.transaction() as tx:
+        for n in range(5):
+            tx.insert("orders", {"order_id": 70 + n, "tenant_id": 7, "amount": 1})
+        tx.insert("orders", {"order_id": 90, "tenant_id": 9, "amount": 1})
+    wait_converged(zones, ("orders",), timeout=60)
+    with zones["b"].connect("zonesync_app") as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("UPDATE orders SET amount = 5 WHERE order_id IN (72, 90)")
+        conn.commit()
+    ctx = _ctx(zones, meta, "differs-7")
+    steps.preflight(ctx)
+    steps.stop_write(ctx)
+    steps.sync_position(ctx)
+    wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
+    with pytest.raises(steps.MigrationError, match=r"verify: 1 rows differ, e.g. \['orders\[72\]: b amount"):
+        _verify(ctx, zones, tmp_path)
+    with pytest.raises(steps.MigrationError, match="not verified"):
+        steps.flip(ctx)
+    steps.rollback(ctx, "verify failed")
+    with ga.transaction() as tx:
+        tx.update("orders", {"order_id": 70}, {"amount": 3})
+    assert EntityRegistry(meta).biz("tenant", "7")[0].zone == "a"

@@ -1,0 +1,74 @@
+"""Before the flip: are the locating entities' rows the same in the source and the target?
+
+The consistency check's comparison (docs/consistency-check.md), restricted: its zones are
+the source and the target, its tables those declaring an entity of the LEs' types, its
+rows those whose entity column holds one of the LEs' ids (zonesync.check.sql.
+entity_predicate, each zone picks them itself). Writes of the LEs are stopped and the
+target has applied the source up to P (synced), so everything must match exactly; before
+rows are compared the check waits until each zone applied the other up to its start.
+
+Three tasks in the DAG, as the zone switch's verify: `verify_start` (`start`: the check's
+run, `<migration run id>.verify`), `verify_check` (the check's Spark job: chunk checksums
+pushed down to both zones, rows only of chunks that differ) and `verify` (`outcome`).
+Each chunk's checksum reads the chunk's rows of the table with the entity filter, so the
+cost follows the table's size, not the entity's (a tag-driven comparison is left for
+resident tables, where the rows are found by their tags).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from zonesync.check import steps as check_steps
+from zonesync.check.request import CheckRequest
+from zonesync.check.store import SUCCEEDED, CheckStore
+from zonesync.meta.db import MetaConfig
+from zonesync.migrate.store import Migration
+
+
+def check_run_id(migration_run_id: str) -> str:
+    return f"{migration_run_id}.verify"
+
+
+def check_context(meta: MetaConfig, run: Migration, zone_conn: Callable) -> check_steps.CheckContext:
+    entities: dict[str, list[str]] = {}
+    for le_type, le_id in run.les:
+        entities.setdefault(le_type, []).append(le_id)
+    request = CheckRequest(
+        zones=(run.source_zone, run.target_zone),
+        reason=f"verify of migration {run.run_id}: {run.be_type} {run.be_id} {run.source_zone} -> {run.target_zone}",
+        entities=tuple((t, tuple(ids)) for t, ids in sorted(entities.items())),
+    )
+    return check_steps.CheckContext(meta, check_run_id(run.run_id), request, zone_conn, actor="le_migration")
+
+
+NOTHING_IN_FLIGHT_US = 24 * 3600 * 1_000_000  # the cut's distance ahead: past any version a zone takes (6 h)
+
+
+def start(ctx: check_steps.CheckContext) -> dict:
+    """The check's run (refusals change nothing) and its start; what its Spark job needs.
+
+    The cut is a day ahead, not a moment ago as a scheduled check's: the LEs' writes are
+    stopped, so no row of theirs is in flight and no difference may be excused as one
+    (their last writes, just before the stop, are compared like the rest)."""
+    run = check_steps.preflight(ctx)
+    check_steps.record_start(ctx, cut_us=int(time.time() * 1_000_000) + NOTHING_IN_FLIGHT_US)
+    return {"check_run_id": run.run_id, "zones": ",".join(run.zones), "tables": ",".join(run.tables)}
+
+
+def outcome(ctx: check_steps.CheckContext, result: dict) -> dict:
+    """The check's result recorded (its report, alerts) and the verdict: {tables, differ
+    (rows), mismatched (one line per differing row, the first 1000), detail (when the
+    check did not pass)}."""
+    run = check_steps.finish(ctx, result)
+    store = CheckStore(ctx.meta)
+    diffs = store.diffs(run.run_id, limit=1000)
+    mismatched = [f"{d['table']}{d['key']}: " + "; ".join(f"{z} {w if isinstance(w, str) else ', '.join(w)}"
+                                                         for z, w in sorted(d["zones"].items()))
+                  for d in diffs]  # fmt: skip
+    differ, _ = store.diff_counts(run.run_id)
+    report = {"tables": len(result["tables"]), "differ": differ, "mismatched": mismatched}
+    if run.status != SUCCEEDED:
+        report["detail"] = run.detail
+    return report
