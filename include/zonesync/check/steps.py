@@ -97,6 +97,17 @@ def repair(ctx: CheckContext) -> dict[str, int]:
     return check_repair.repair(ctx.store, ctx.run_id, ctx.zone_conn, ctx.app_db)
 
 
+def differences(ctx: CheckContext, limit: int = 1000) -> tuple[int, list[str]]:
+    """(how many rows differ, one line per differing row for the first `limit`: its table
+    and key, each zone's differing columns or what it lacks): what a restricted check's
+    caller (a switch's or a migration's verify) reports."""
+    store = CheckStore(ctx.meta)
+    lines = [f"{d['table']}{d['key']}: " + "; ".join(f"{z} {w if isinstance(w, str) else ', '.join(w)}"
+                                                    for z, w in sorted(d["zones"].items()))
+             for d in store.diffs(ctx.run_id, limit=limit)]  # fmt: skip
+    return store.diff_counts(ctx.run_id)[0], lines
+
+
 def finish(ctx: CheckContext, result: dict) -> Check:
     """The run's outcome from the job's result ({"tables", "expectations"}): succeeded when
     every chunk of every table matched (or differed only by writes in flight) and the

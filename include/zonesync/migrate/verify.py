@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from zonesync.check import steps as check_steps
 from zonesync.check.request import CheckRequest
-from zonesync.check.store import SUCCEEDED, CheckStore
+from zonesync.check.store import SUCCEEDED
 from zonesync.meta.db import MetaConfig
 from zonesync.migrate.store import Migration
 
@@ -62,12 +62,7 @@ def outcome(ctx: check_steps.CheckContext, result: dict) -> dict:
     (rows), mismatched (one line per differing row, the first 1000), detail (when the
     check did not pass)}."""
     run = check_steps.finish(ctx, result)
-    store = CheckStore(ctx.meta)
-    diffs = store.diffs(run.run_id, limit=1000)
-    mismatched = [f"{d['table']}{d['key']}: " + "; ".join(f"{z} {w if isinstance(w, str) else ', '.join(w)}"
-                                                         for z, w in sorted(d["zones"].items()))
-                  for d in diffs]  # fmt: skip
-    differ, _ = store.diff_counts(run.run_id)
+    differ, mismatched = check_steps.differences(ctx)
     report = {"tables": len(result["tables"]), "differ": differ, "mismatched": mismatched}
     if run.status != SUCCEEDED:
         report["detail"] = run.detail

@@ -25,7 +25,7 @@ from datetime import UTC
 
 from zonesync.check import steps as check_steps
 from zonesync.check.request import CheckRequest
-from zonesync.check.store import SUCCEEDED, CheckStore
+from zonesync.check.store import SUCCEEDED
 from zonesync.meta.db import MetaConfig
 from zonesync.rules.model import RuleSet
 from zonesync.switch.plan import SwitchRequest
@@ -68,13 +68,8 @@ def outcome(ctx: check_steps.CheckContext, result: dict, from_zone: str) -> dict
     differ (rows), mismatched (one line per differing row, the first 1000), detail (when
     the check did not pass)}."""
     run = check_steps.finish(ctx, result)
-    store = CheckStore(ctx.meta)
-    diffs = store.diffs(run.run_id, limit=1000)
-    mismatched = [f"{d['table']}{d['key']}: " + "; ".join(f"{z} {w if isinstance(w, str) else ', '.join(w)}"
-                                                         for z, w in sorted(d["zones"].items()))
-                  for d in diffs]  # fmt: skip
+    differ, mismatched = check_steps.differences(ctx)  # all of them; `mismatched` lists the first 1000
     rows = sum(int((t.get("rows") or {}).get(from_zone) or 0) for t in result["tables"].values())
-    differ, _ = store.diff_counts(run.run_id)  # all of them; `mismatched` lists the first 1000
     report = {"tables": len(result["tables"]), "rows": rows, "differ": differ, "mismatched": mismatched}
     if run.status != SUCCEEDED:
         report["detail"] = run.detail
