@@ -85,5 +85,7 @@ def tenant_show(tenant: str) -> dict:
                                    "stop_write": e.stop_write, "version": e.version} for e in les]}  # fmt: skip
 
 
-app = FastAPI(title="zonesync", description="Locating entities and tenants of a zonesync mesh")
+# no /docs, /redoc or /openapi.json: Airflow would serve them to anyone (they are not routes of `v1`)
+app = FastAPI(title="zonesync", description="Locating entities and tenants of a zonesync mesh", docs_url=None,
+              redoc_url=None, openapi_url=None)  # fmt: skip
 app.include_router(v1)

@@ -207,3 +207,4 @@ def _zonesync_http_api(env) -> None:
     status, doc = api._raw("GET", "/zonesync/api/v1/entities/bad-type/1")
     assert status == 400 and "type 'bad-type' must be a plain name" in doc["detail"], doc
     assert api._raw("GET", "/zonesync/api/v1/tenants/43")[0] == 404
+    assert api._raw("GET", "/zonesync/openapi.json", auth=False)[0] == 404  # no schema for anyone

@@ -173,6 +173,7 @@ class Guard:
         entity's must be refused. In one snapshot, every row it shows is <= its head."""
         conn = self._meta()
         with conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # a snapshot needs it
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
             try:
                 cur.execute("SELECT version FROM head WHERE id = 1")

@@ -43,7 +43,7 @@ def check_context(meta: MetaConfig, run: Migration, zone_conn: Callable) -> chec
     return check_steps.CheckContext(meta, check_run_id(run.run_id), request, zone_conn, actor="le_migration")
 
 
-NOTHING_IN_FLIGHT_US = 24 * 3600 * 1_000_000  # the cut's distance ahead: past any version a zone takes (6 h)
+NOTHING_IN_FLIGHT_US = 24 * 3600 * 1_000_000  # the cut a day ahead: past any version appliers take (6 h ahead)
 
 
 def start(ctx: check_steps.CheckContext) -> dict:
