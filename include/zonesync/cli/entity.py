@@ -115,7 +115,8 @@ def cmd_entity_register(args) -> int:
     from zonesync.meta.entities import EntityRegistry
 
     les = [_le_arg(t) for t in args.le] or [(args.type, args.id)]
-    version = EntityRegistry(common.meta()).register_biz(args.type, args.id, args.zone, les, args.reason, args.status)
+    version = EntityRegistry(common.meta()).register_biz(args.type, args.id, args.zone, les, args.reason, args.status,
+                                                         new=args.new)  # fmt: skip
     print(f"registered {args.type} {args.id} in zone {args.zone} with {len(les)} locating entit"
           f"{'y' if len(les) == 1 else 'ies'} (meta version {version})")  # fmt: skip
     return 0
@@ -154,4 +155,6 @@ def register(sub) -> None:
                      help="a locating entity it owns (repeatable; default: the biz entity itself)")  # fmt: skip
     reg.add_argument("--status", default="ACTIVE", choices=STATUSES)
     reg.add_argument("--reason", required=True, help="why: recorded in the version and the audit log")
+    reg.add_argument("--new", action="store_true",
+                     help="they have no rows yet: register them outside their ZSID owner's zone")  # fmt: skip
     reg.set_defaults(func=cmd_entity_register)

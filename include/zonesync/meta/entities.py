@@ -12,10 +12,14 @@ The guard enforces a registered locating entity's unit and stop-write flag
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from zonesync.meta.db import MetaError
 from zonesync.meta.store import MetaStore, audit, default_actor, record_units
+from zonesync.rules.extract import RuleIndex, ZsidUnknown
+from zonesync.rules.model import parse
 from zonesync.sql_names import is_ident
 
 STATUSES = ("ACTIVE", "MIGRATING", "SYNCING", "STOP_WRITE")
@@ -60,10 +64,19 @@ class EntityRegistry(MetaStore):
     )
 
     def register_biz(self, be_type: str, be_id: str, zone: str, les: list[tuple[str, str]], reason: str,
-                     status: str = "ACTIVE", author: str | None = None) -> int:  # fmt: skip
+                     status: str = "ACTIVE", author: str | None = None, new: bool = False,
+                     within: Callable | None = None) -> int:  # fmt: skip
         """The biz entity (be_type, be_id) in `zone` with its locating entities `les`, as one
         new version. A locating entity another biz entity owns is refused (moving it between
-        owners is a migration's work); `zone` must be a known zone."""
+        owners is a migration's work); `zone` must be a known zone.
+
+        Who may write an LE changes here, so an operator's registration (`within` None) may
+        not move it: the registration of an LE registered in another zone is refused, and of
+        an LE the ZSID rules place in another zone too unless `new` (it has no rows yet: no
+        write of it was accepted there); so is any change while a migration of the biz entity
+        runs. A migration moves them (migrate/steps.py), passing `within(cur, version)`,
+        which runs in this version's transaction (to check the run's phase and record the
+        version with it, or raise to publish nothing)."""
         check_ref("biz entity", be_type, be_id, "register")
         for le_type, le_id in les:
             check_ref("locating entity", le_type, le_id, "register")
@@ -84,6 +97,10 @@ class EntityRegistry(MetaStore):
                 if row and row[0] is not None and (row[0], row[1]) != (be_type, be_id):
                     raise MetaError(f"register: {le_type} {le_id} belongs to {row[0]} {row[1]}: a locating entity "
                                     "has one biz entity (move it with a migration)")  # fmt: skip
+            if within is None:
+                _refuse_a_move(cur, be_type, be_id, zone, les, new)
+            else:
+                within(cur, version)
             cur.execute(
                 "INSERT INTO versions (version, kind, author, reason) VALUES (%s, 'entities', %s, %s)",
                 (version, author, reason),
@@ -135,3 +152,47 @@ class EntityRegistry(MetaStore):
     def _select(self, sql: str, args) -> list[Registered]:
         rows, _ = self.meta.run(sql, args)
         return [Registered(t, i, z, st, bool(sw), int(v), bt, bi) for t, i, z, st, sw, v, bt, bi in rows]
+
+
+def _refuse_a_move(cur, be_type: str, be_id: str, zone: str, les: list[tuple[str, str]], new: bool) -> None:
+    """MetaError when an operator's registration would change who may write an LE (in the
+    registration's transaction: the head row is locked, so neither the rules nor the
+    registry move meanwhile). Only a migration moves an LE: it stops its writes everywhere,
+    waits for their last data and verifies it first (docs/migration.md)."""
+    cur.execute("SELECT run_id FROM migrations WHERE be_type = %s AND be_id = %s AND status = 'running' "
+                "LOCK IN SHARE MODE", (be_type, be_id))  # fmt: skip
+    running = cur.fetchone()
+    if running:
+        raise MetaError(f"register: {be_type} {be_id} is being migrated ({running[0]}): wait for the migration or "
+                        "roll it back, then register again")  # fmt: skip
+    index = None
+    for le_type, le_id in les:
+        cur.execute("SELECT z.name FROM locating_entities e JOIN zones z ON z.zone_id = e.unit_zone "
+                    "WHERE e.le_type = %s AND e.le_id = %s", (le_type, le_id))  # fmt: skip
+        row = cur.fetchone()
+        if row is not None:
+            if row[0] != zone:
+                raise MetaError(f"register: {le_type} {le_id} is in zone {row[0]}: moving it to {zone} is a "
+                                f"migration (`zonesync migrate --tenant {be_id} --to {zone}`)")  # fmt: skip
+            continue
+        if new:
+            continue
+        if index is None:
+            cur.execute("SELECT rule_set FROM versions WHERE kind = 'rules' ORDER BY version DESC LIMIT 1")
+            rules = cur.fetchone()
+            if rules is None:
+                return
+            index = RuleIndex(parse(json.loads(rules[0]), "the newest rules"))
+        owner = _zsid_owner(index, le_type, le_id)
+        if owner is not None and owner != zone:
+            raise MetaError(f"register: the rules place {le_type} {le_id} in zone {owner}, where its rows are written: "
+                            "register it there and migrate it, or pass --new if it has no rows yet")  # fmt: skip
+
+
+def _zsid_owner(index: RuleIndex, le_type: str, le_id: str) -> str | None:
+    """The zone the ZSID rules give an LE's rows, or None when no table places it."""
+    try:
+        found = index.entity_zsid(le_type, le_id)
+        return None if found is None else index.rule_for(found[1]).zone
+    except ZsidUnknown:
+        return None

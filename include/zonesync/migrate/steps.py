@@ -81,13 +81,22 @@ def _running(ctx: MigrationContext) -> Migration:
     return run
 
 
-def _publish(ctx: MigrationContext, run: Migration, zone: str, status: str, what: str) -> int:
-    """The LEs (and their biz entity) in `zone` with `status`, as one new meta version. A
-    step killed after this and before recording the version publishes the same again on
-    its retry: the same content, one more version."""
+def _publish(
+    ctx: MigrationContext,
+    run: Migration,
+    zone: str,
+    status: str,
+    what: str,
+    phases: tuple[str, ...],
+    record: str | None = None,
+) -> int:
+    """The LEs (and their biz entity) in `zone` with `status`, as one new meta version,
+    published only while the run is in one of `phases` and recorded (`record`) in the same
+    commit (MigrationStore.publishing): a step killed anywhere either published and
+    recorded, or did neither, and a rollback that claimed the run first stops it."""
     return EntityRegistry(ctx.meta).register_biz(
         run.be_type, run.be_id, zone, run.les, f"migration {run.run_id}: {what} ({run.reason})", status=status,
-        author=ctx.actor,
+        author=ctx.actor, within=ctx.store.publishing(run.run_id, phases, record),
     )  # fmt: skip
 
 
@@ -144,7 +153,8 @@ def stop_write(ctx: MigrationContext) -> Migration:
     """The LEs stopped in the source; every registered guard's ack; the moment stamped."""
     run = _running(ctx)
     if run.stop_version is None:
-        run = ctx.store.set_once(ctx.run_id, stop_version=_publish(ctx, run, run.source_zone, "STOP_WRITE", "stop"))
+        _publish(ctx, run, run.source_zone, "STOP_WRITE", "stop", ("preflight",), "stop_version")
+        run = ctx.store.require(ctx.run_id)
     _acks(ctx, run.stop_version, "stop_write", every_instance=True)
     ctx.store.phase(ctx.run_id, "stopped")
     return ctx.store.stamp_once(ctx.run_id, "stopped_at")
@@ -212,9 +222,10 @@ def flip(ctx: MigrationContext) -> Migration:
     if run.phase not in ("verified", "flipping", "lifted"):
         raise MigrationError(f"flip: the LEs' rows are not verified (phase {run.phase}): run verify first")
     if not ctx.store.claim_phase(ctx.run_id, "flipping"):
-        raise MigrationError("flip: the migration is rolling back; start a new one")
+        raise MigrationRefused("flip: the migration is rolling back; start a new one")
     if run.flip_version is None:
-        run = ctx.store.set_once(ctx.run_id, flip_version=_publish(ctx, run, run.target_zone, "STOP_WRITE", "flip"))
+        _publish(ctx, run, run.target_zone, "STOP_WRITE", "flip", ("flipping",), "flip_version")
+        run = ctx.store.require(ctx.run_id)
     _acks(ctx, run.flip_version, "flip", every_instance=False)
     return ctx.store.stamp_once(ctx.run_id, "flipped_at")
 
@@ -225,7 +236,8 @@ def lift(ctx: MigrationContext) -> Migration:
     if run.flip_version is None:
         raise MigrationError("lift: the unit is not flipped yet: run flip first")
     if run.lift_version is None:
-        run = ctx.store.set_once(ctx.run_id, lift_version=_publish(ctx, run, run.target_zone, "ACTIVE", "lift"))
+        _publish(ctx, run, run.target_zone, "ACTIVE", "lift", ("flipping", "lifted"), "lift_version")
+        run = ctx.store.require(ctx.run_id)
     _acks(ctx, run.lift_version, "lift", every_instance=False)
     run = ctx.store.stamp_once(ctx.run_id, "lifted_at")
     if run.status == RUNNING:
@@ -234,8 +246,9 @@ def lift(ctx: MigrationContext) -> Migration:
     return ctx.store.require(ctx.run_id)
 
 
-def rollback(ctx: MigrationContext, why: str) -> str:
-    """Before flip: the LEs writable again in the source, the run rolled back with `why`."""
+def rollback(ctx: MigrationContext, why: str | None = None) -> str:
+    """Before flip: the LEs writable again in the source, the run rolled back with `why`
+    (default: the failure a step noted, MigrationStore.note_failure)."""
     store = ctx.store
     run = store.get(ctx.run_id)
     if run is None:
@@ -244,11 +257,14 @@ def rollback(ctx: MigrationContext, why: str) -> str:
         return run.detail or "rolled back"
     if not store.claim_phase(ctx.run_id, "rolling_back"):
         return "not rolled back: flip has started (past the point of no return); run flip and lift again"
-    run = store.require(ctx.run_id)  # stop_write may have published between the first read and the claim
+    why = why or run.detail or "a step failed (see the run's task logs)"
+    # stop_write publishes and records its version in one commit that checks the phase, so
+    # after the claim the row tells whether writes were stopped, and no stop follows
+    run = store.require(ctx.run_id)
     if run.stop_version is None:
         store.finish(ctx.run_id, FAILED, f"refused before any push: {why}")
         return f"nothing was pushed; migration failed: {why}"
-    version = _publish(ctx, run, run.source_zone, "ACTIVE", "rollback")
+    version = _publish(ctx, run, run.source_zone, "ACTIVE", "rollback", ("rolling_back",))
     try:
         _acks(ctx, version, "rollback", every_instance=False)
     except MigrationError as exc:

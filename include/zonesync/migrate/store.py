@@ -138,6 +138,34 @@ class MigrationStore:
         self.meta.run(f"UPDATE migrations SET status = %s, detail = %s, finished_at = NOW(6){sets} WHERE run_id = %s",
                       (status, detail[:60000], *([phase] if phase else []), run_id))  # fmt: skip
 
+    def publishing(self, run_id: str, phases: tuple[str, ...], record: str | None = None):
+        """The hook a migration's publish runs in its version's transaction
+        (EntityRegistry.register_biz `within`): the run's row locked; still running in one
+        of `phases`, else nothing is published (MigrationRefused); `record` (a write-once
+        field) set to the version in the same commit. So a publish and its record land
+        together, and a rollback's claim (claim_phase, which waits for the row) sees either
+        both or neither: a stop-write never lands after the rollback decided."""
+        if record is not None and record not in ONCE:
+            raise ValueError(f"not a write-once migration field: {record}")
+
+        def within(cur, version: int) -> None:
+            cur.execute("SELECT status, phase FROM migrations WHERE run_id = %s FOR UPDATE", (run_id,))
+            row = cur.fetchone()
+            if row is None or row[0] != RUNNING or row[1] not in phases:
+                state = "missing" if row is None else f"{row[0]} ({row[1]})"
+                raise MigrationRefused(f"migration {run_id} is {state}: nothing published")
+            if record is not None:
+                cur.execute(f"UPDATE migrations SET {record} = COALESCE({record}, %s) WHERE run_id = %s",
+                            (version, run_id))  # fmt: skip
+
+        return within
+
+    def note_failure(self, run_id: str, step: str, text: str) -> None:
+        """Why a step failed for good, kept in `detail` while the run is still running (the
+        rollback reports it)."""
+        self.meta.run("UPDATE migrations SET detail = %s WHERE run_id = %s AND status = %s",
+                      (f"{step}: {text}"[:60000], run_id, RUNNING))  # fmt: skip
+
     def ms_since_stopped(self, run_id: str) -> float:
         """Milliseconds since the stop-write's acks, on meta's clock (0 before them)."""
         rows, _ = self.meta.run(

@@ -171,6 +171,22 @@ def test_bad_requests_are_refused_in_one_line_and_record_nothing(guard_env, zone
     assert steps.rollback(_ctx(zones, meta, "one"), "test") == "nothing was pushed; migration failed: test"
 
 
+def test_a_stop_write_never_lands_after_the_rollback_claimed_the_run(guard_env, zones, meta, tenant7):
+    """stop_write read a running run, then the rollback claimed it and found nothing
+    pushed: the stop's publish checks the phase in its own commit, so it publishes nothing
+    (tenant 7 is not left stopped with nobody to lift it)."""
+    guard_env("a")
+    ctx = _ctx(zones, meta, "race-7")
+    run = steps.preflight(ctx)
+    head = EntityRegistry(meta).head()
+    assert ctx.store.claim_phase(run.run_id, "rolling_back")
+    with pytest.raises(MigrationRefused, match="migration race-7 is running .rolling_back.: nothing published"):
+        steps._publish(ctx, run, "a", "STOP_WRITE", "stop", ("preflight",), "stop_version")
+    assert EntityRegistry(meta).head() == head and ctx.store.require("race-7").stop_version is None
+    assert steps.rollback(ctx, "test") == "nothing was pushed; migration failed: test"
+    assert {le.stop_write for le in EntityRegistry(meta).biz("tenant", "7")[1]} == {False}
+
+
 def test_a_row_that_differs_fails_verify_and_the_rollback_keeps_the_tenant_in_its_zone(
     cluster, guard_env, zones, meta, tenant7, tmp_path
 ):  # fmt: skip

@@ -38,11 +38,11 @@ def test_a_registered_entity_is_routed_to_its_zone_and_follows_a_new_version(reg
     router = Router(meta, poll_s=1.0, clock=lambda: clock[0])
     loc = router.where("chat", "reg-9001")
     assert (loc.zone, loc.version) == ("b", version) and "of tenant reg-1001" in loc.how
-    registry.register_biz(*BE, "c", [BE, ("chat", "reg-9001")], "test: moved", status="MIGRATING")
-    assert router.where("chat", "reg-9001").zone == "b"  # cached until the next look at the head
+    registry.register_biz(*BE, "b", [BE, ("chat", "reg-9001")], "test: stopped", status="STOP_WRITE")
+    assert not router.where("chat", "reg-9001").stop_write  # cached until the next look at the head
     clock[0] += 1.0
-    moved = router.where("chat", "reg-9001")
-    assert (moved.zone, moved.status) == ("c", "MIGRATING")
+    stopped = router.where("chat", "reg-9001")
+    assert (stopped.zone, stopped.status, stopped.stop_write) == ("b", "STOP_WRITE", True)
     rows, _ = meta.run("SELECT COUNT(*) FROM audit_log WHERE action = 'entities.register' AND version >= %s",
                        (version,))  # fmt: skip
     assert rows[0][0] == 2
@@ -68,6 +68,34 @@ def test_a_locating_entity_has_one_biz_entity_and_bad_input_changes_nothing(regi
     with pytest.raises(MetaError, match="biz entity type 'ten ant' must be a plain name"):
         registry.register_biz("ten ant", "reg-1", "a", [], "test")
     assert registry.head() == head and registry.biz("tenant", "reg-1002") is None
+
+
+def test_an_operator_registration_never_moves_who_may_write_an_entity(registry, meta):
+    """Only a migration moves an LE (it stops its writes and waits for their last data
+    first): re-registering one in another zone is refused; so is a new registration
+    outside the zone the ZSID rules give its rows, unless it has no rows yet (--new); so is
+    any change while a migration of its biz entity runs. Each refusal publishes nothing."""
+    registry.register_biz(*BE, "b", [BE, ("chat", "reg-9001")], "test: onboard")
+    head = registry.head()
+    with pytest.raises(MetaError, match=r"tenant reg-1001 is in zone b: moving it to c is a migration "
+                                        r"\(`zonesync migrate --tenant reg-1001 --to c`\)"):  # fmt: skip
+        registry.register_biz(*BE, "c", [BE, ("chat", "reg-9001")], "test: moved")
+    # tenant 500's orders have ZSID 500: zone b by the baseline rules
+    with pytest.raises(MetaError, match="the rules place tenant 500 in zone b, where its rows are written: register "
+                                        "it there and migrate it, or pass --new if it has no rows yet"):  # fmt: skip
+        registry.register_biz("tenant", "reg-500", "a", [("tenant", "500")], "test")
+    assert registry.head() == head and registry.locate("tenant", "500") is None
+    meta.run("INSERT INTO migrations (run_id, be_type, be_id, source_zone, target_zone, mode, les_json, reason, "
+             "actor) VALUES ('reg-run', %s, %s, 'b', 'a', 'plan1', '[]', 'test', 'test')", BE)  # fmt: skip
+    try:
+        with pytest.raises(MetaError, match=r"tenant reg-1001 is being migrated \(reg-run\): wait for the migration"):
+            registry.register_biz(*BE, "b", [BE], "test: stop it", status="STOP_WRITE")
+    finally:
+        meta.run("DELETE FROM migrations WHERE run_id = 'reg-run'")
+    assert registry.head() == head
+    registry.register_biz("tenant", "reg-500", "a", [("tenant", "500")], "test: a new tenant", new=True)
+    assert registry.locate("tenant", "500").zone == "a"
+    meta.run("DELETE FROM locating_entities WHERE le_id = '500'")
 
 
 def test_the_cli_registers_shows_lists_and_routes(registry, capsys):
