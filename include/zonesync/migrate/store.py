@@ -163,8 +163,9 @@ class MigrationStore:
     def note_failure(self, run_id: str, step: str, text: str) -> None:
         """Why a step failed for good, kept in `detail` while the run is still running (the
         rollback reports it)."""
+        said = text if text.startswith(f"{step}:") else f"{step}: {text}"
         self.meta.run("UPDATE migrations SET detail = %s WHERE run_id = %s AND status = %s",
-                      (f"{step}: {text}"[:60000], run_id, RUNNING))  # fmt: skip
+                      (said[:60000], run_id, RUNNING))  # fmt: skip
 
     def ms_since_stopped(self, run_id: str) -> float:
         """Milliseconds since the stop-write's acks, on meta's clock (0 before them)."""

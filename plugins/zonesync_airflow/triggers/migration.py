@@ -1,0 +1,97 @@
+"""MigrationSyncedTrigger: waits in the triggerer until the migration's target zone applied
+the source's stream up to P (the position recorded by sync_position).
+
+The wait is usually a few tens of milliseconds of replication lag, but a lagging or
+halted applier makes it minutes; the triggerer, not a worker slot, sits on it. The meta
+store and the target's connection are resolved once, asynchronously; each poll
+(zonesync.apply.tools.progress.is_applied) runs in a thread on one connection kept
+between polls, closed when the trigger ends, is cancelled or is cleaned up. Either
+outcome is an event (synced, or timeout with how long it waited); the sensor decides
+what a timeout means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from zonesync_airflow.hooks.meta import ZonesyncMetaHook
+from zonesync_airflow.hooks.zone import ZoneHook
+
+
+class MigrationSyncedTrigger(BaseTrigger):
+    def __init__(self, run_id: str, source_zone: str, target_zone: str, position: list, timeout_s: float,
+                 meta_conn_id: str = "zonesync_meta", zone_conn_prefix: str = "zonesync_zone_",
+                 poll_interval: float = 0.1, waited_s: float = 0.0):  # fmt: skip
+        super().__init__()
+        self.run_id = run_id
+        self.source_zone = source_zone
+        self.target_zone = target_zone
+        self.position = list(position)
+        self.timeout_s = timeout_s
+        self.meta_conn_id = meta_conn_id
+        self.zone_conn_prefix = zone_conn_prefix
+        self.poll_interval = poll_interval
+        self.waited_s = waited_s  # already waited in the worker, by its own monotonic clock
+        self._conn = None
+        self._lock = threading.Lock()  # a poll in its thread and the close never overlap
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__name__}",
+            {
+                "run_id": self.run_id,
+                "source_zone": self.source_zone,
+                "target_zone": self.target_zone,
+                "position": self.position,
+                "timeout_s": self.timeout_s,
+                "meta_conn_id": self.meta_conn_id,
+                "zone_conn_prefix": self.zone_conn_prefix,
+                "poll_interval": self.poll_interval,
+                "waited_s": self.waited_s,
+            },
+        )
+
+    def _applied(self, meta) -> bool:
+        """In a thread: one poll on the kept connection."""
+        from zonesync.apply.tools.progress import is_applied
+
+        with self._lock:
+            if self._conn is None:
+                raise RuntimeError("MigrationSyncedTrigger polled after cleanup")
+            done = is_applied(meta, self._conn, self.source_zone, (self.position[0], int(self.position[1])))
+            self._conn.commit()  # the next poll reads a new snapshot
+            return done
+
+    def _close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def run(self):
+        meta = await ZonesyncMetaHook(self.meta_conn_id).ameta_config()
+        endpoint = await ZoneHook.for_zone(self.target_zone, self.zone_conn_prefix).aendpoint()
+        self._conn = await asyncio.to_thread(endpoint.connect)
+        try:
+            started = time.monotonic()  # this process's clock only; a restarted triggerer waits the rest again
+            while True:
+                done = await asyncio.to_thread(self._applied, meta)
+                waited = self.waited_s + time.monotonic() - started
+                if done:
+                    yield TriggerEvent({"status": "synced", "waited_s": waited})
+                    return
+                if waited >= self.timeout_s:
+                    yield TriggerEvent({"status": "timeout", "waited_s": waited})
+                    return
+                await asyncio.sleep(self.poll_interval)
+        finally:  # done, cancelled (CancelledError at an await) or closed by the triggerer
+            await asyncio.shield(asyncio.to_thread(self._close))
+
+    async def cleanup(self) -> None:
+        """Called by the triggerer whenever the trigger leaves it; closing twice is harmless."""
+        await asyncio.to_thread(self._close)

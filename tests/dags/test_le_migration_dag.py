@@ -1,0 +1,149 @@
+"""le_migration through Airflow's dag.test(): real zones, replication, guards, the
+consistency check's Spark job.
+
+The protocol's failure cases are covered step by step in
+tests/integration/migrate/test_migration_steps.py; here: the wiring. The happy path
+ends with the tenant writable in the target only; a row that differs fails verify, the
+rollback runs and the tenant stays writable where it was; a target that does not catch
+up fails `synced` after its deferral and rolls back; bad params are refused before any
+task runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.background import wait_until
+from tests.support.replication import wait_converged
+from tests.support.switching import wait_replication_reported
+from zonesync.dal import EntityWriteStopped, WrongZone
+from zonesync.meta import guards
+from zonesync.meta.entities import EntityRegistry
+from zonesync.migrate.store import ROLLED_BACK, SUCCEEDED, MigrationStore
+
+pytestmark = [pytest.mark.dags, pytest.mark.integration]
+
+DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "le_migration.py"
+CONF = {"tenant": "7", "to_zone": "b", "reason": "dag test", "ack_timeout_s": 5.0}
+
+
+@pytest.fixture(scope="module")
+def dag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAG_FILE)).dags["le_migration"]
+
+
+@pytest.fixture
+def tenant7(airflow_db, cluster, guard_env, meta):
+    """Tenant 7 (its tenant LE and chat 70) registered in a, guards of a and b acking it."""
+    wait_replication_reported(meta)
+    meta.run("DELETE FROM migrations")
+    meta.run("DELETE FROM locating_entities WHERE le_type IN ('tenant', 'chat')")
+    ga, gb = guard_env("a", period=0.2), guard_env("b", period=0.2)
+    version = EntityRegistry(meta).register_biz("tenant", "7", "a", [("tenant", "7"), ("chat", "70")],
+                                                "test: tenant 7 in a")  # fmt: skip
+    guards.wait_acks(meta, version, {"a", "b"}, 10)
+    yield ga, gb
+    meta.run("DELETE FROM migrations")
+    meta.run("DELETE FROM locating_entities WHERE le_type IN ('tenant', 'chat')")
+
+
+def _states(run) -> dict[str, str]:
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+def _insert(guard, order_id: int) -> None:
+    with guard.transaction() as tx:
+        tx.insert("orders", {"order_id": order_id, "tenant_id": 7, "amount": 1})
+
+
+def test_a_tenant_migrates_to_b_and_only_b_writes_it_after(tenant7, meta, zones, dag):
+    ga, gb = tenant7
+    _insert(ga, 7001)
+    run = dag.test(run_conf=CONF)
+    states = _states(run)
+    assert run.state == "success", states
+    assert states["rollback"] == "skipped" and states["lift"] == "success"
+    mig = MigrationStore(meta).require(run.run_id)
+    assert (mig.status, mig.phase, mig.source_zone, mig.target_zone) == (SUCCEEDED, "lifted", "a", "b")
+    assert mig.window_ms is not None and mig.window_ms > 0
+    biz, les = EntityRegistry(meta).biz("tenant", "7")
+    assert biz.zone == "b" and {(le.zone, le.stop_write) for le in les} == {("b", False)}
+    guards.wait_acks(meta, mig.lift_version, {"a", "b"}, 10)
+    _insert(gb, 7002)
+    with pytest.raises(WrongZone, match="owned by zone b"):
+        _insert(ga, 7003)
+    wait_converged(zones, ("orders",), timeout=60)
+
+
+def test_a_row_that_differs_rolls_back_and_the_tenant_stays_writable_in_a(tenant7, meta, zones, dag):
+    ga, gb = tenant7
+    _insert(ga, 7101)
+    wait_converged(zones, ("orders",), timeout=60)
+    with zones["b"].connect("zonesync_app") as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")  # behind replication's back
+        cur.execute("UPDATE orders SET amount = 9 WHERE order_id = 7101")
+        conn.commit()
+    try:
+        run = dag.test(run_conf=CONF)
+        states = _states(run)
+        assert run.state == "failed", states
+        assert states["verify"] == "failed" and states["rollback"] == "success", states
+        assert states["flip"] == states["lift"] == "upstream_failed", states
+        mig = MigrationStore(meta).require(run.run_id)
+        assert mig.status == ROLLED_BACK and mig.flip_version is None, mig
+        assert mig.detail.startswith("verify: 1 rows differ, e.g. ['orders[7101]: b amount"), mig.detail
+        assert "writable in a again" in mig.detail
+        biz, les = EntityRegistry(meta).biz("tenant", "7")
+        assert biz.zone == "a" and {(le.zone, le.stop_write) for le in les} == {("a", False)}
+        wait_until(lambda: _accepted(ga, 7102), 10, "a accepts tenant 7 again")
+        with pytest.raises((WrongZone, EntityWriteStopped)):
+            _insert(gb, 7103)
+    finally:
+        with zones["b"].connect("zonesync_app") as conn, conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("UPDATE orders SET amount = 1 WHERE order_id = 7101")
+            conn.commit()
+
+
+def _accepted(guard, order_id: int) -> bool:
+    try:
+        _insert(guard, order_id)
+    except EntityWriteStopped:
+        return False
+    return True
+
+
+def test_a_target_that_never_catches_up_fails_synced_and_rolls_back(tenant7, cluster, meta, dag):
+    """applier-b stopped: b never applies a's stream up to P; `synced` waits in the worker,
+    defers, times out in its trigger, and the rollback leaves tenant 7 writable in a."""
+    ga, _ = tenant7
+    cluster.stop("applier-b")
+    try:
+        _insert(ga, 7201)  # something b must apply before it reaches P
+        run = dag.test(run_conf={**CONF, "sync_timeout_s": 7})
+    finally:
+        cluster.start(which=("applier",), zones=("b",))
+    states = _states(run)
+    assert run.state == "failed" and states["synced"] == "failed" and states["rollback"] == "success", states
+    mig = MigrationStore(meta).require(run.run_id)
+    assert mig.status == ROLLED_BACK and mig.position is not None, mig
+    assert "synced: zone b did not apply zone a's stream up to P within 7 s" in mig.detail, mig.detail
+    assert {le.stop_write for le in EntityRegistry(meta).biz("tenant", "7")[1]} == {False}
+
+
+@pytest.mark.parametrize(
+    ("conf", "field"),
+    [({"tenant": ""}, "tenant"), ({"to_zone": "B;drop"}, "to_zone"), ({"mode": "dual-write"}, "mode"),
+     ({"reason": ""}, "reason")],
+)  # fmt: skip
+def test_bad_params_are_refused_before_anything_runs(airflow_db, meta, dag, conf, field):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    head = EntityRegistry(meta).head()
+    with pytest.raises(ParamValidationError, match=field):
+        dag.test(run_conf={**CONF, **conf})
+    assert EntityRegistry(meta).head() == head
