@@ -3,17 +3,22 @@
 The steps live in zonesync.migrate.steps (docs/migration.md tells the protocol); this
 file only wires them:
 
-    preflight >> stop_write >> synced >> verify_start >> verify_check (Spark) >> verify
-    verify >> flip >> lift
-    [preflight, stop_write, synced, verify_start, verify_check, verify] >> rollback  (one_failed)
+    preflight >> verify_start >> verify_check (Spark) >> verify >> cutover >> report
+    [preflight, verify_start, verify_check, verify, cutover] >> rollback  (one_failed)
 
-Before flip, a step that fails for good sends the run to rollback: the tenant writable
-again in its zone, the run failed with the step's reason. flip is the point of no
-return: flip and lift retry until done (the tenant is writable nowhere meanwhile), and a
-rollback that comes later refuses. The run's state is in meta (`zonesync migrations`,
-`GET /zonesync/api/v1/tenants/{tenant}/migrations`). Trigger it from the UI form, the REST
-API, `POST /zonesync/api/v1/tenants/{tenant}/migrations` or `zonesync migrate --tenant 7
---to b --reason ...`.
+verify compares the tenant's rows row by row while it is still written (the check's Spark
+job, lag-aware); a difference ends the run before anything is stopped. cutover is the
+stop-write window in one task (stop_write, sync_position, synced, final_check, flip,
+lift; each step recorded and idempotent), so no task start falls inside it; it waits for
+sync in the worker, then defers to the triggerer. Before the flip, a step that fails for
+good sends the run to rollback: the tenant writable again in its zone, the run failed
+with the step's reason. The flip is the point of no return: cutover retries from there
+until lifted, and rollback, if it runs, rolls forward (lifts in the target). report, the
+last task, logs the run's outcome (upstream_failed when the cutover did not succeed, so the
+run ends failed even when the rollback did its job). The run's
+state is in meta (`zonesync migrations`, `GET /zonesync/api/v1/migrations/{run_id}`).
+Trigger it from the UI form, the REST API, `POST /zonesync/api/v1/tenants/{tenant}/
+migrations` or `zonesync migrate --tenant 7 --to b --reason ...`.
 """
 
 from __future__ import annotations
@@ -24,14 +29,11 @@ from pathlib import Path
 from airflow.sdk import DAG, Param, TriggerRule
 
 from zonesync import jvm
-from zonesync_airflow.operators.migration import ZoneMigrationStepOperator
+from zonesync_airflow.operators.migration import ZoneMigrationCutoverOperator, ZoneMigrationStepOperator
 from zonesync_airflow.operators.spark import ZoneSparkSubmitOperator
-from zonesync_airflow.sensors.migration import MigrationSyncedSensor
 
 CHECK_JOB = str(Path(__file__).resolve().parents[1] / "spark_jobs" / "consistency_check.py")
 STARTED = "ti.xcom_pull(task_ids='verify_start')"
-PAST_FLIP = {"retries": 30, "retry_delay": timedelta(seconds=1), "retry_exponential_backoff": 2.0,
-             "max_retry_delay": timedelta(seconds=30)}  # fmt: skip
 
 with DAG(
     dag_id="le_migration",
@@ -61,6 +63,14 @@ with DAG(
         "ack_timeout_s": Param(
             10.0, type="number", minimum=0.1, maximum=600, description="How long each push waits for every guard's ack."
         ),  # fmt: skip
+        "max_txn_ms": Param(
+            500,
+            type="integer",
+            minimum=0,
+            maximum=600000,
+            description="Margin waited after the stop-write's acks before P is read: the longest transaction a "
+            "writer outside the guard's commit recheck may still commit.",
+        ),
         "sync_timeout_s": Param(
             120.0,
             type="number",
@@ -71,9 +81,6 @@ with DAG(
     },
 ) as dag:
     preflight = ZoneMigrationStepOperator(task_id="preflight", step="preflight")
-    stop_write = ZoneMigrationStepOperator(task_id="stop_write", step="stop_write", priority_weight=4,
-                                           weight_rule="absolute")  # fmt: skip
-    synced = MigrationSyncedSensor(task_id="synced", priority_weight=4, weight_rule="absolute")
     verify_start = ZoneMigrationStepOperator(task_id="verify_start", step="verify_start")
     verify_check = ZoneSparkSubmitOperator(
         task_id="verify_check",
@@ -84,8 +91,6 @@ with DAG(
             f"{{{{ {STARTED}['check_run_id'] }}}}",
             "--table",
             f"{{{{ {STARTED}['tables'] }}}}",
-            "--max-lag-s",
-            "0",
         ],
         meta_conn_id="zonesync_meta",
         name="zonesync-migration-verify",
@@ -93,17 +98,26 @@ with DAG(
         conf=jvm.driver_conf(dispatch_only=True),
     )
     verify = ZoneMigrationStepOperator(task_id="verify", step="verify")
-    flip = ZoneMigrationStepOperator(task_id="flip", step="flip", **PAST_FLIP)
-    lift = ZoneMigrationStepOperator(task_id="lift", step="lift", **PAST_FLIP)
+    cutover = ZoneMigrationCutoverOperator(
+        task_id="cutover",
+        retries=30,  # a refusal before the flip fails at once; a crash retries, past the flip until lifted
+        retry_delay=timedelta(seconds=1),
+        retry_exponential_backoff=2.0,
+        max_retry_delay=timedelta(seconds=30),
+        priority_weight=4,
+        weight_rule="absolute",
+    )
     rollback = ZoneMigrationStepOperator(
         task_id="rollback",
         step="rollback",
         trigger_rule=TriggerRule.ONE_FAILED,
         retries=5,
         retry_delay=timedelta(seconds=2),
-        priority_weight=5,  # the tenant is stopped until it ends
+        priority_weight=5,  # the tenant may be stopped until it ends
         weight_rule="absolute",
     )
 
-    preflight >> stop_write >> synced >> verify_start >> verify_check >> verify >> flip >> lift
-    [preflight, stop_write, synced, verify_start, verify_check, verify] >> rollback
+    report = ZoneMigrationStepOperator(task_id="report", step="report")
+
+    preflight >> verify_start >> verify_check >> verify >> cutover >> report
+    [preflight, verify_start, verify_check, verify, cutover] >> rollback

@@ -3,14 +3,16 @@ consistency check's Spark job.
 
 The protocol's failure cases are covered step by step in
 tests/integration/migrate/test_migration_steps.py; here: the wiring. The happy path
-ends with the tenant writable in the target only; a row that differs fails verify, the
-rollback runs and the tenant stays writable where it was; a target that does not catch
-up fails `synced` after its deferral and rolls back; bad params are refused before any
-task runs.
+ends with the tenant writable in the target only; a row that differs fails verify before
+anything is stopped, the rollback ends the run and the tenant stays writable where it
+was; a target that does not catch up fails the cutover after its deferral and rolls back;
+bad params are refused before any task runs.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,10 +20,11 @@ import pytest
 from tests.support.background import wait_until
 from tests.support.replication import wait_converged
 from tests.support.switching import wait_replication_reported
+from zonesync.check.steps import CUT_GRACE_US
 from zonesync.dal import EntityWriteStopped, WrongZone
 from zonesync.meta import guards
 from zonesync.meta.entities import EntityRegistry
-from zonesync.migrate.store import ROLLED_BACK, SUCCEEDED, MigrationStore
+from zonesync.migrate.store import FAILED, ROLLED_BACK, SUCCEEDED, MigrationStore
 
 pytestmark = [pytest.mark.dags, pytest.mark.integration]
 
@@ -66,7 +69,7 @@ def test_a_tenant_migrates_to_b_and_only_b_writes_it_after(tenant7, meta, zones,
     run = dag.test(run_conf=CONF)
     states = _states(run)
     assert run.state == "success", states
-    assert states["rollback"] == "skipped" and states["lift"] == "success"
+    assert states["rollback"] == "skipped" and states["cutover"] == states["report"] == "success"
     mig = MigrationStore(meta).require(run.run_id)
     assert (mig.status, mig.phase, mig.source_zone, mig.target_zone) == (SUCCEEDED, "lifted", "a", "b")
     assert mig.window_ms is not None and mig.window_ms > 0
@@ -82,21 +85,22 @@ def test_a_tenant_migrates_to_b_and_only_b_writes_it_after(tenant7, meta, zones,
 def test_a_row_that_differs_rolls_back_and_the_tenant_stays_writable_in_a(tenant7, meta, zones, dag):
     ga, gb = tenant7
     _insert(ga, 7101)
+    written = time.time()
     wait_converged(zones, ("orders",), timeout=60)
     with zones["b"].connect("zonesync_app") as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")  # behind replication's back
         cur.execute("UPDATE orders SET amount = 9 WHERE order_id = 7101")
         conn.commit()
+    time.sleep(max(0.0, written + CUT_GRACE_US / 1e6 + 0.1 - time.time()))  # older than verify's cut (see steps tests)
     try:
         run = dag.test(run_conf=CONF)
         states = _states(run)
         assert run.state == "failed", states
         assert states["verify"] == "failed" and states["rollback"] == "success", states
-        assert states["flip"] == states["lift"] == "upstream_failed", states
+        assert states["cutover"] == states["report"] == "upstream_failed", states
         mig = MigrationStore(meta).require(run.run_id)
-        assert mig.status == ROLLED_BACK and mig.flip_version is None, mig
-        assert mig.detail.startswith("verify: 1 rows differ, e.g. ['orders[7101]: b amount"), mig.detail
-        assert "writable in a again" in mig.detail
+        assert mig.status == FAILED and mig.stop_version is None, mig
+        assert mig.detail.startswith("refused before any push: verify: 1 rows differ, e.g. ['orders[7101]: b amount")
         biz, les = EntityRegistry(meta).biz("tenant", "7")
         assert biz.zone == "a" and {(le.zone, le.stop_write) for le in les} == {("a", False)}
         wait_until(lambda: _accepted(ga, 7102), 10, "a accepts tenant 7 again")
@@ -117,22 +121,36 @@ def _accepted(guard, order_id: int) -> bool:
     return True
 
 
-def test_a_target_that_never_catches_up_fails_synced_and_rolls_back(tenant7, cluster, meta, dag):
-    """applier-b stopped: b never applies a's stream up to P; `synced` waits in the worker,
-    defers, times out in its trigger, and the rollback leaves tenant 7 writable in a."""
+def test_a_target_that_never_catches_up_fails_the_cutover_and_rolls_back(tenant7, cluster, meta, dag):
+    """applier-b stopped once the stop-write is acked: b never applies a's stream up to P;
+    the cutover waits in the worker, defers, times out in its trigger, and the rollback
+    leaves tenant 7 writable in a."""
     ga, _ = tenant7
-    cluster.stop("applier-b")
+    stopper = threading.Thread(target=_stop_applier_after_the_stop, args=(meta, cluster, ga), daemon=True)
+    stopper.start()
     try:
-        _insert(ga, 7201)  # something b must apply before it reaches P
-        run = dag.test(run_conf={**CONF, "sync_timeout_s": 7})
+        run = dag.test(run_conf={**CONF, "sync_timeout_s": 7, "max_txn_ms": 3000})
     finally:
+        stopper.join(120)
         cluster.start(which=("applier",), zones=("b",))
     states = _states(run)
-    assert run.state == "failed" and states["synced"] == "failed" and states["rollback"] == "success", states
+    assert run.state == "failed" and states["cutover"] == "failed" and states["rollback"] == "success", states
+    assert states["report"] == "upstream_failed", states
     mig = MigrationStore(meta).require(run.run_id)
     assert mig.status == ROLLED_BACK and mig.position is not None, mig
     assert "synced: zone b did not apply zone a's stream up to P within 7 s" in mig.detail, mig.detail
+    assert "writable in a again" in mig.detail
     assert {le.stop_write for le in EntityRegistry(meta).biz("tenant", "7")[1]} == {False}
+
+
+def _stop_applier_after_the_stop(meta, cluster, guard) -> None:
+    """Once the stop-write is acked (phase stopped; P is read max_txn_ms = 3 s later):
+    applier-b stopped, then a write of another tenant that b must apply to reach P."""
+    wait_until(lambda: meta.run("SELECT COUNT(*) FROM migrations WHERE phase = 'stopped'")[0][0][0] > 0, 180,
+               "the stop-write acked", step=0.02)  # fmt: skip
+    cluster.stop("applier-b")
+    with guard.transaction() as tx:
+        tx.insert("orders", {"order_id": 7201, "tenant_id": 9, "amount": 1})
 
 
 @pytest.mark.parametrize(

@@ -9,26 +9,32 @@ preflight      the request valid; the biz entity registered with every LE togeth
                unit and writable; the target another known zone; every guard healthy; the
                target's appliers of the source's stream not halted; one migration of the
                entity at a time. Nothing is published.
-stop_write     the LEs' stop-write flag, unit still the source, as one meta version; every
-               registered guard must ack it (a silent one fails the step, to roll back):
-               from the acks on, no zone accepts a write of the LEs, and none judged under
-               an older version is still in flight (a guard acks only then). The moment is
-               stamped on meta's clock.
-sync_position  once meta's clock passes the acks plus the rules' maximum transaction time,
-               P = the source's binlog position: every write of the LEs is before it.
-synced         (a sensor) the target applied the source's stream up to P (the last data of
-               the LEs, for replicated tables: their rows are where the mesh put them).
-verify         the LEs' rows compared between source and target (migrate/verify.py: the
-               consistency check restricted to them); a difference fails the step.
+verify         (writes go on) the LEs' rows compared row by row between source and target
+               (migrate/verify.py: the consistency check restricted to them, lag-aware); a
+               difference fails the step before anything was stopped.
+stop_write     the LEs' stop-write flag, unit still the source, as one meta version
+               (published and recorded with its moment in one commit); every registered
+               guard must ack it (a silent one fails the step, to roll back): from the acks
+               on, no zone accepts a write of the LEs, and none judged under an older
+               version is still in flight (a guard acks only then).
+sync_position  once meta's clock passes the acks plus the maximum transaction time, P =
+               the source's binlog position: every write of the LEs is before it.
+synced         the target applied the source's stream up to P (the last data of the LEs,
+               for replicated tables: their rows are where the mesh put them).
+final_check    per table, the count and checksum of the LEs' rows in source and target
+               (migrate/final_check.py, pushed down); a difference fails the step.
 flip           the point of no return: unit := target, writes still stopped; every healthy
                guard acks. From here failures retry, never roll back.
 lift           writes allowed in the target; every healthy guard acks; the run succeeds,
-               with its stop-write window (stop's acks to lift's acks).
+               with its stop-write window (the stop's publish to the lift's acks).
 rollback       before flip, when a step failed for good: the LEs writable again in the
                source; after flip it refuses (claim_phase makes the two exclusive).
 
-Not built yet (issue 22): resident tables (stock copy, incremental stream, the Last LE Data marker), the
-DAG, the CLI and the HTTP endpoints.
+stop_write to lift is the stop-write window: the DAG runs it as one task (`cutover`), each
+step still recorded and idempotent, so no task start falls inside it.
+
+Not built yet (issue 22): resident tables (stock copy, incremental stream, the Last LE
+Data marker).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from zonesync.meta.db import MetaConfig, MetaError
 from zonesync.meta.entities import EntityRegistry
 from zonesync.meta.guards import AckTimeout, UnhealthyGuards, require_healthy, wait_acks
 from zonesync.meta.store import MetaStore
+from zonesync.migrate import final_check as le_sums
 from zonesync.migrate import verify as verify_check
 from zonesync.migrate.request import MigrationRefused, MigrationRequest
 from zonesync.migrate.store import FAILED, ROLLED_BACK, RUNNING, SUCCEEDED, Migration, MigrationStore
@@ -60,6 +67,9 @@ class MigrationContext:
     zone_conn: Callable  # zone name -> a new DB-API connection to its app database
     actor: str = "airflow"
     ack_timeout_s: float = 10.0
+    # waited after the stop's acks before P: the longest transaction a writer outside the
+    # guard's commit recheck may still commit (None: the rules' txn_deadline_ms)
+    max_txn_ms: int | None = None
 
     @property
     def store(self) -> MigrationStore:
@@ -89,14 +99,15 @@ def _publish(
     what: str,
     phases: tuple[str, ...],
     record: str | None = None,
+    stamp: str | None = None,
 ) -> int:
     """The LEs (and their biz entity) in `zone` with `status`, as one new meta version,
-    published only while the run is in one of `phases` and recorded (`record`) in the same
-    commit (MigrationStore.publishing): a step killed anywhere either published and
+    published only while the run is in one of `phases` and recorded (`record`, and the
+    moment as `stamp`) in the same commit (MigrationStore.publishing): a step killed anywhere either published and
     recorded, or did neither, and a rollback that claimed the run first stops it."""
     return EntityRegistry(ctx.meta).register_biz(
         run.be_type, run.be_id, zone, run.les, f"migration {run.run_id}: {what} ({run.reason})", status=status,
-        author=ctx.actor, within=ctx.store.publishing(run.run_id, phases, record),
+        author=ctx.actor, within=ctx.store.publishing(run.run_id, phases, record, stamp),
     )  # fmt: skip
 
 
@@ -107,15 +118,12 @@ def _acks(ctx: MigrationContext, version: int, step: str, every_instance: bool) 
         raise MigrationError(f"{step}: {exc}") from None
 
 
-def preflight(ctx: MigrationContext) -> Migration:
-    """The run's row, or MigrationRefused naming what is wrong (nothing changed)."""
-    existing = ctx.store.get(ctx.run_id)
-    if existing is not None:
-        return existing
-    req = ctx.request
-    zones = MetaStore(ctx.meta).zones()
-    req.check(zones)
-    found = EntityRegistry(ctx.meta).biz(req.be_type, req.be_id)
+def movable(meta: MetaConfig, req: MigrationRequest):
+    """(biz entity, its LEs) when the request is valid and the registry lets them move;
+    else MigrationRefused naming the field. Meta only: what the HTTP API and the CLI check
+    before they trigger a run; preflight checks the guards and the target's appliers too."""
+    req.check(MetaStore(meta).zones())
+    found = EntityRegistry(meta).biz(req.be_type, req.be_id)
     if found is None:
         raise MigrationRefused(f"tenant: {req.be_type} {req.be_id} is not a registered biz entity: register it "
                                "(`zonesync entity register`) before migrating it")  # fmt: skip
@@ -129,6 +137,17 @@ def preflight(ctx: MigrationContext) -> Migration:
     if apart:
         raise MigrationRefused(f"tenant: locating entities not writable in {biz.zone} with their biz entity: "
                                f"{', '.join(apart)}; finish or roll back what moved or stopped them")  # fmt: skip
+    return biz, les
+
+
+def preflight(ctx: MigrationContext) -> Migration:
+    """The run's row, or MigrationRefused naming what is wrong (nothing changed)."""
+    existing = ctx.store.get(ctx.run_id)
+    if existing is not None:
+        return existing
+    req = ctx.request
+    zones = MetaStore(ctx.meta).zones()
+    biz, les = movable(ctx.meta, req)
     try:
         require_healthy(ctx.meta, set(zones))
     except UnhealthyGuards as exc:
@@ -153,7 +172,8 @@ def stop_write(ctx: MigrationContext) -> Migration:
     """The LEs stopped in the source; every registered guard's ack; the moment stamped."""
     run = _running(ctx)
     if run.stop_version is None:
-        _publish(ctx, run, run.source_zone, "STOP_WRITE", "stop", ("preflight",), "stop_version")
+        _publish(ctx, run, run.source_zone, "STOP_WRITE", "stop", ("preflight", "checked"), "stop_version",
+                 stamp="stop_published_at")  # fmt: skip
         run = ctx.store.require(ctx.run_id)
     _acks(ctx, run.stop_version, "stop_write", every_instance=True)
     ctx.store.phase(ctx.run_id, "stopped")
@@ -167,8 +187,11 @@ def sync_position(ctx: MigrationContext, sleep=time.sleep) -> tuple[str, int]:
     if run.stopped_at is None:
         raise MigrationError("sync_position: the stop-write is not acked yet: run stop_write first")
     if run.position is None:
-        found = MetaStore(ctx.meta).rules_at()
-        deadline_ms = found[1].txn_deadline_ms if found else 0
+        if ctx.max_txn_ms is not None:
+            deadline_ms = ctx.max_txn_ms
+        else:
+            found = MetaStore(ctx.meta).rules_at()
+            deadline_ms = found[1].txn_deadline_ms if found else 0
         left_ms = deadline_ms - ctx.store.ms_since_stopped(ctx.run_id)
         if left_ms > 0:
             sleep(left_ms / 1000)  # a span of the protocol, on meta's clock: no event marks its end
@@ -191,17 +214,17 @@ def synced(ctx: MigrationContext) -> bool:
 
 
 def verify_start(ctx: MigrationContext) -> dict:
-    """The consistency check of the LEs' rows (migrate/verify.py) started: what its Spark
-    job (the DAG's verify_check) needs."""
+    """Before the stop: the consistency check of the LEs' rows (migrate/verify.py) started;
+    what its Spark job (the DAG's verify_check) needs."""
     run = _running(ctx)
-    if run.phase not in ("synced", "verified"):
-        raise MigrationError(f"verify_start: the target is not proven synced (phase {run.phase}): run synced first")
+    if run.phase not in ("preflight", "checked"):
+        raise MigrationError(f"verify_start: writes are stopped already (phase {run.phase}): the check runs before")
     return verify_check.start(verify_check.check_context(ctx.meta, run, ctx.zone_conn))
 
 
 def verify(ctx: MigrationContext, result: dict | None = None) -> dict:
     """The check's result turned into the migration's verdict: a difference fails the step
-    (the DAG rolls back: the flip has not happened), a match lets the flip go."""
+    (nothing is stopped yet; the DAG's rollback ends the run), a match lets the cutover go."""
     run = _running(ctx)
     if result is None:
         raise MigrationError("verify: no result of the LEs' check: run verify_start and verify_check first")
@@ -210,8 +233,27 @@ def verify(ctx: MigrationContext, result: dict | None = None) -> dict:
         detail = (f"{report['differ']} rows differ, e.g. {report['mismatched'][:5]}" if report["differ"]
                   else report["detail"])  # fmt: skip
         raise MigrationError(f"verify: {detail} (`zonesync check report {verify_check.check_run_id(run.run_id)}`)")
-    ctx.store.phase(ctx.run_id, "verified")
+    ctx.store.phase(ctx.run_id, "checked")
     return report
+
+
+def final_check(ctx: MigrationContext) -> dict:
+    """Writes stopped and the target synced: the LEs' rows counted and checksummed per table
+    in both zones; a difference fails the step (the rollback follows: no flip)."""
+    run = _running(ctx)
+    if run.phase not in ("synced", "verified"):
+        raise MigrationError(f"final_check: the target is not proven synced (phase {run.phase}): run synced first")
+    meta = MetaStore(ctx.meta)
+    found = meta.rules_at()
+    if found is None:
+        raise MigrationError("final_check: no rules version: publish rules first")
+    counts, differ = le_sums.compare(found[1], run.les, (run.source_zone, run.target_zone),
+                                         sorted(meta.zones().values()), ctx.zone_conn)  # fmt: skip
+    if differ:
+        raise MigrationError(f"final_check: the LEs' rows differ: {'; '.join(differ)[:2000]} (`zonesync check "
+                             f"--zones {run.source_zone},{run.target_zone}` names the rows)")  # fmt: skip
+    ctx.store.phase(ctx.run_id, "verified")
+    return counts
 
 
 def flip(ctx: MigrationContext) -> Migration:

@@ -17,7 +17,7 @@ from zonesync.migrate.request import MigrationRefused, MigrationRequest
 
 RUNNING, SUCCEEDED, FAILED, ROLLED_BACK = "running", "succeeded", "failed", "rolled_back"
 ONCE = ("stop_version", "position_json", "flip_version", "lift_version")
-STAMPS = ("stopped_at", "flipped_at", "lifted_at")
+STAMPS = ("stop_published_at", "stopped_at", "flipped_at", "lifted_at")
 
 
 @dataclass
@@ -35,6 +35,7 @@ class Migration:
     status: str
     phase: str
     stop_version: int | None
+    stop_published_at: object
     stopped_at: object
     position_json: str | None
     flip_version: int | None
@@ -56,10 +57,28 @@ class Migration:
 
     @property
     def window_ms(self) -> float | None:
-        """The stop-write window: from the stop's acks to the lift's, once lifted."""
-        if self.stopped_at is None or self.lifted_at is None:
+        """The stop-write window, once lifted: from the stop's publish (a guard may refuse
+        the tenant's writes from then on) to the lift's acks (every guard accepts them)."""
+        began = self.stop_published_at or self.stopped_at
+        if began is None or self.lifted_at is None:
             return None
-        return (self.lifted_at - self.stopped_at).total_seconds() * 1000
+        return (self.lifted_at - began).total_seconds() * 1000
+
+    def to_doc(self) -> dict:
+        """The run as the HTTP API and `zonesync migrations --json` show it."""
+
+        def at(moment) -> str | None:
+            return None if moment is None else moment.isoformat()
+
+        return {"run_id": self.run_id, "tenant": self.be_id, "biz_entity_type": self.be_type,
+                "from_zone": self.source_zone, "to_zone": self.target_zone, "mode": self.mode, "status": self.status,
+                "phase": self.phase, "locating_entities": [{"type": t, "id": i} for t, i in self.les],
+                "stop_write_window_ms": self.window_ms, "reason": self.reason, "actor": self.actor,
+                "detail": self.detail, "versions": {"stop": self.stop_version, "flip": self.flip_version,
+                                                    "lift": self.lift_version},
+                "created_at": at(self.created_at), "stop_published_at": at(self.stop_published_at),
+                "stopped_at": at(self.stopped_at), "flipped_at": at(self.flipped_at),
+                "lifted_at": at(self.lifted_at), "finished_at": at(self.finished_at)}  # fmt: skip
 
 
 COLUMNS = ", ".join(f.name for f in fields(Migration))
@@ -78,6 +97,13 @@ class MigrationStore:
         if found is None:
             raise MetaError(f"no migration with run id {run_id!r}: `zonesync migrations` lists them")
         return found
+
+    def history(self, limit: int = 20, be_type: str | None = None, be_id: str | None = None) -> list[Migration]:
+        """The newest runs first, of one biz entity when given."""
+        where, args = ("WHERE be_type = %s AND be_id = %s", (be_type, be_id)) if be_type else ("", ())
+        rows, _ = self.meta.run(f"SELECT {COLUMNS} FROM migrations {where} ORDER BY id DESC LIMIT %s",
+                                (*args, int(limit)))  # fmt: skip
+        return [Migration(*row) for row in rows]
 
     def create(self, run_id: str, req: MigrationRequest, source_zone: str, les: list, actor: str) -> Migration:
         """The run's row; refused while another migration of the same biz entity runs.
@@ -138,15 +164,17 @@ class MigrationStore:
         self.meta.run(f"UPDATE migrations SET status = %s, detail = %s, finished_at = NOW(6){sets} WHERE run_id = %s",
                       (status, detail[:60000], *([phase] if phase else []), run_id))  # fmt: skip
 
-    def publishing(self, run_id: str, phases: tuple[str, ...], record: str | None = None):
+    def publishing(self, run_id: str, phases: tuple[str, ...], record: str | None = None, stamp: str | None = None):
         """The hook a migration's publish runs in its version's transaction
         (EntityRegistry.register_biz `within`): the run's row locked; still running in one
         of `phases`, else nothing is published (MigrationRefused); `record` (a write-once
-        field) set to the version in the same commit. So a publish and its record land
+        field) set to the version in the same commit, `stamp` to meta's clock. So a publish and its record land
         together, and a rollback's claim (claim_phase, which waits for the row) sees either
         both or neither: a stop-write never lands after the rollback decided."""
         if record is not None and record not in ONCE:
             raise ValueError(f"not a write-once migration field: {record}")
+        if stamp is not None and stamp not in STAMPS:
+            raise ValueError(f"not a migration time field: {stamp}")
 
         def within(cur, version: int) -> None:
             cur.execute("SELECT status, phase FROM migrations WHERE run_id = %s FOR UPDATE", (run_id,))
@@ -157,6 +185,8 @@ class MigrationStore:
             if record is not None:
                 cur.execute(f"UPDATE migrations SET {record} = COALESCE({record}, %s) WHERE run_id = %s",
                             (version, run_id))  # fmt: skip
+            if stamp is not None:
+                cur.execute(f"UPDATE migrations SET {stamp} = COALESCE({stamp}, NOW(6)) WHERE run_id = %s", (run_id,))
 
         return within
 

@@ -3,9 +3,11 @@
 The consistency check's comparison (docs/consistency-check.md), restricted: its zones are
 the source and the target, its tables those declaring an entity of the LEs' types, its
 rows those whose entity column holds one of the LEs' ids (zonesync.check.sql.
-entity_predicate, each zone picks them itself). Writes of the LEs are stopped and the
-target has applied the source up to P (synced), so everything must match exactly; before
-rows are compared the check waits until each zone applied the other up to its start.
+entity_predicate, each zone picks them itself). It runs before the stop-write, while the
+LEs are written (Vitess runs VDiff before SwitchTraffic the same way): a difference found
+here costs the tenant no stopped second; rows in flight are excused as a scheduled check
+excuses them, and the stop-write window's final check (migrate/final_check.py) compares
+every row again, exactly, by count and checksum.
 
 Three tasks in the DAG, as the zone switch's verify: `verify_start` (`start`: the check's
 run, `<migration run id>.verify`), `verify_check` (the check's Spark job: chunk checksums
@@ -17,7 +19,6 @@ resident tables, where the rows are found by their tags).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from zonesync.check import steps as check_steps
@@ -43,17 +44,14 @@ def check_context(meta: MetaConfig, run: Migration, zone_conn: Callable) -> chec
     return check_steps.CheckContext(meta, check_run_id(run.run_id), request, zone_conn, actor="le_migration")
 
 
-NOTHING_IN_FLIGHT_US = 24 * 3600 * 1_000_000  # the cut a day ahead: past any version appliers take (6 h ahead)
-
-
 def start(ctx: check_steps.CheckContext) -> dict:
     """The check's run (refusals change nothing) and its start; what its Spark job needs.
 
-    The cut is a day ahead, not a moment ago as a scheduled check's: the LEs' writes are
-    stopped, so no row of theirs is in flight and no difference may be excused as one
-    (their last writes, just before the stop, are compared like the rest)."""
+    The LEs are still written: as a scheduled check, the cut is a moment ago and a row
+    written after it, or not yet applied by the other zone, is excused as in flight (the
+    final check, with writes stopped, excuses nothing)."""
     run = check_steps.preflight(ctx)
-    check_steps.record_start(ctx, cut_us=int(time.time() * 1_000_000) + NOTHING_IN_FLIGHT_US)
+    check_steps.record_start(ctx)
     return {"check_run_id": run.run_id, "zones": ",".join(run.zones), "tables": ",".join(run.tables)}
 
 

@@ -1,18 +1,33 @@
-"""Operators of the locating-entity migration: one per step (zonesync.migrate.steps).
+"""Operators of the locating-entity migration (zonesync.migrate.steps).
 
 Each resolves the meta store and the zone connections when it runs and builds the step's
-context from the run's params (the tenant, the target zone, the mode, the reason). Before
-the flip, a failure that a retry cannot change (a refused request, a push not acked, a
-difference found by verify) fails the task at once, its reason noted in the run's row, so
-the rollback task (trigger rule one_failed) starts right away and the tenant is stopped no
-longer than needed; a crash or a meta store blip is retried (every step is idempotent).
-flip and lift are past the point of no return: they retry everything but losing the run
-to a rollback.
+context from the run's params (the tenant, the target zone, the mode, the reason).
+
+`ZoneMigrationStepOperator` runs one step outside the stop-write window: preflight,
+verify_start, verify (the check's Spark job runs between them), rollback, and report (the
+run's row, as `GET /zonesync/api/v1/migrations/{run_id}` shows it; the DAG's last task,
+so a run whose cutover did not succeed ends failed). A failure a
+retry cannot change (a refused request, a difference) fails the task at once, its reason
+noted in the run's row, so the rollback task (one_failed) ends the run right away; a crash
+or a meta store blip is retried (every step is idempotent). Rollback rolls forward when
+the flip has happened: it lifts the stop-write in the target, so the tenant is never left
+stopped (S004-26).
+
+`ZoneMigrationCutoverOperator` is the stop-write window in one task: stop_write,
+sync_position, synced, final_check, flip, lift, each still a recorded, idempotent step; a
+task start between them would cost the tenant a second or more of stopped writes. It
+waits for sync in the worker for `inline_s`, then defers to MigrationSyncedTrigger (the
+worker slot freed) and goes on in `execute_complete`. Before the flip, a failure a retry
+cannot change fails it at once for the rollback; from the flip on every failure is
+retried, and a retry starts at the flip (the run's phase says where it is).
 """
 
 from __future__ import annotations
 
 import json
+import time
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 from airflow.sdk import BaseOperator
@@ -23,10 +38,11 @@ from zonesync.migrate.request import MigrationRefused, MigrationRequest
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 from zonesync_airflow.operators.actor import run_actor
 from zonesync_airflow.operators.switch import ZoneConnections
+from zonesync_airflow.triggers.migration import MigrationSyncedTrigger
 
-BEFORE_FLIP = ("preflight", "stop_write", "sync_position", "verify_start", "verify")
-AFTER_FLIP = ("flip", "lift")
-STEPS = (*BEFORE_FLIP, *AFTER_FLIP, "rollback")
+STEPS = ("preflight", "verify_start", "verify", "rollback", "report")
+INLINE_POLL_S = 0.02  # the worker's poll while it waits for sync inside the window
+PAST_FLIP = ("flipping", "lifted")
 
 
 def migration_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_zone_") -> steps.MigrationContext:
@@ -39,6 +55,7 @@ def migration_context(context, meta_conn_id: str, zone_conn_prefix: str = "zones
         zone_conn=ZoneConnections(zone_conn_prefix),
         actor=str(run_actor(dag_run)),  # the authenticated user, not a conf field (actor.py)
         ack_timeout_s=float(params["ack_timeout_s"]),
+        max_txn_ms=int(params["max_txn_ms"]),
     )
 
 
@@ -54,10 +71,9 @@ class ZoneMigrationStepOperator(BaseOperator):
 
     def execute(self, context):
         ctx = migration_context(context, self.meta_conn_id)
-        final = (MigrationRefused, steps.MigrationError) if self.step in BEFORE_FLIP else (MigrationRefused,)
         try:
             return self._run(context, ctx)
-        except final as exc:
+        except (MigrationRefused, steps.MigrationError) as exc:
             if self.step != "preflight":
                 ctx.store.note_failure(ctx.run_id, self.step, str(exc))
             raise AirflowFailException(f"{self.step}: {exc}") from exc
@@ -68,10 +84,6 @@ class ZoneMigrationStepOperator(BaseOperator):
             self.log.info("migration %s: %s %s %s -> %s, %d locating entities", run.run_id, run.be_type, run.be_id,
                           run.source_zone, run.target_zone, len(run.les))  # fmt: skip
             return run.id
-        if self.step == "stop_write":
-            run = steps.stop_write(ctx)
-            self.log.info("stop-write v%s acked by every guard at %s", run.stop_version, run.stopped_at)
-            return run.stop_version
         if self.step == "verify_start":
             return steps.verify_start(ctx)
         if self.step == "verify":
@@ -79,16 +91,98 @@ class ZoneMigrationStepOperator(BaseOperator):
             report = steps.verify(ctx, result)
             self.log.info("verify: %s tables, no row differs", report["tables"])
             return {"tables": report["tables"], "differ": report["differ"]}
-        if self.step == "flip":
+        if self.step == "report":
+            doc = ctx.store.require(ctx.run_id).to_doc()
+            self.log.info("migration %s %s: %s", ctx.run_id, doc["status"], doc["detail"])
+            return doc
+        outcome = steps.rollback(ctx)
+        if outcome.startswith("not rolled back: flip has started"):
+            run = steps.lift(ctx)  # past the point of no return: forward, never left stopped
+            outcome = f"rolled forward: {run.detail}"
+        self.log.info("rollback: %s", outcome)
+        return outcome
+
+
+class ZoneMigrationCutoverOperator(BaseOperator):
+    """stop_write >> sync_position >> synced >> final_check >> flip >> lift, in one task."""
+
+    ui_color = "#fbe8e8"
+
+    def __init__(self, *, meta_conn_id: str = "zonesync_meta", inline_s: float = 5.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.meta_conn_id = meta_conn_id
+        self.inline_s = inline_s
+
+    def execute(self, context):
+        ctx = migration_context(context, self.meta_conn_id)
+        if ctx.store.require(ctx.run_id).phase in PAST_FLIP:
+            return self._past_flip(ctx)
+        with _final_before_flip(ctx, "stop_write"):
+            run = steps.stop_write(ctx)
+            self.log.info("stop-write v%s acked by every guard", run.stop_version)
+            position = steps.sync_position(ctx)
+            self.log.info("sync position P = %s:%s", *position)
+        timeout_s = float(context["params"]["sync_timeout_s"])
+        started = time.monotonic()
+        while time.monotonic() - started < min(self.inline_s, timeout_s):
+            with _final_before_flip(ctx, "synced"):
+                done = steps.synced(ctx)
+            if done:
+                self.log.info("synced after %.3f s (in the worker)", time.monotonic() - started)
+                return self._finish(ctx)
+            time.sleep(INLINE_POLL_S)
+        run = ctx.store.require(ctx.run_id)
+        self.defer(
+            trigger=MigrationSyncedTrigger(
+                run_id=ctx.run_id,
+                source_zone=run.source_zone,
+                target_zone=run.target_zone,
+                position=list(position),
+                timeout_s=timeout_s,
+                meta_conn_id=self.meta_conn_id,
+                waited_s=time.monotonic() - started,
+            ),  # fmt: skip
+            method_name="execute_complete",
+            timeout=timedelta(seconds=timeout_s + 60),  # backstop: the trigger reports its own timeout
+        )
+
+    def execute_complete(self, context, event: dict | None = None):
+        event = event or {}
+        ctx = migration_context(context, self.meta_conn_id)
+        waited = float(event.get("waited_s", 0))
+        with _final_before_flip(ctx, "synced"):
+            done = event.get("status") == "synced" and steps.synced(ctx)
+            if not done:
+                run = ctx.store.require(ctx.run_id)
+                why = (f"zone {run.target_zone} did not apply zone {run.source_zone}'s stream up to P within "
+                       f"{waited:.0f} s: is its applier running? (`zonesync lag`)")  # fmt: skip
+                raise steps.MigrationError(why)
+        self.log.info("synced after %.1f s", waited)
+        return self._finish(ctx)
+
+    def _finish(self, ctx: steps.MigrationContext):
+        with _final_before_flip(ctx, "final_check"):
+            counts = steps.final_check(ctx)
+        self.log.info("final check: the LEs' rows agree: %s", counts)
+        return self._past_flip(ctx)
+
+    def _past_flip(self, ctx: steps.MigrationContext):
+        try:
             run = steps.flip(ctx)
             self.log.info("flipped: unit %s (v%s), writes still stopped", run.target_zone, run.flip_version)
-            return run.flip_version
-        if self.step == "lift":
             run = steps.lift(ctx)
-            self.log.info("migration %s %s: %s", run.run_id, run.status, run.detail)
-            return {"status": run.status, "window_ms": run.window_ms}
-        if self.step == "rollback":
-            outcome = steps.rollback(ctx)
-            self.log.info("rollback: %s", outcome)
-            return outcome
-        raise ValueError(f"step {self.step!r} runs in a sensor")
+        except MigrationRefused as exc:  # lost the run to a rollback: retrying cannot change that
+            raise AirflowFailException(f"flip: {exc}") from exc
+        self.log.info("migration %s %s: %s", run.run_id, run.status, run.detail)
+        return {"status": run.status, "window_ms": run.window_ms}
+
+
+@contextmanager
+def _final_before_flip(ctx: steps.MigrationContext, step: str):
+    """A refusal or a step's error before the flip: noted in the run's row, and the task
+    failed for good (the rollback follows); anything else is left to the retries."""
+    try:
+        yield
+    except (MigrationRefused, steps.MigrationError) as exc:
+        ctx.store.note_failure(ctx.run_id, step, str(exc))
+        raise AirflowFailException(f"{step}: {exc}") from exc

@@ -3,18 +3,23 @@ docs/migration.md), on a real mesh with guards writing in both zones."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
 import pytest
 
+from tests.support import guard_process, migration_process
 from tests.support.background import wait_until
 from tests.support.replication import alerts, wait_converged
+from zonesync.check.steps import CUT_GRACE_US
 from zonesync.dal import EntityWriteStopped, WrongZone
 from zonesync.meta import guards
 from zonesync.meta.entities import EntityRegistry
 from zonesync.migrate import steps
 from zonesync.migrate.request import MigrationRefused, MigrationRequest
+from zonesync.migrate.store import MigrationStore
 
 pytestmark = pytest.mark.integration
 
@@ -96,12 +101,14 @@ def test_a_tenant_moves_with_one_writer_at_every_instant_and_no_write_lost(clust
         wait_until(lambda: len(w.accepted["a"]) >= 20, 30, "a writes tenant 7")
         assert w.accepted["b"] == []
         steps.preflight(ctx)
+        report = _verify(ctx, zones, tmp_path)  # while both zones write: rows in flight excused
+        assert report["differ"] == 0 and report["tables"] == 1, report  # orders: the table declaring tenants
         steps.stop_write(ctx)
         stopped = time.monotonic()
         steps.sync_position(ctx)
         wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
-        report = _verify(ctx, zones, tmp_path)
-        assert report["differ"] == 0 and report["tables"] == 1, report  # orders: the table declaring tenants
+        counts = steps.final_check(ctx)
+        assert counts["orders"]["a"] == counts["orders"]["b"] >= 20, counts
         steps.flip(ctx)
         lifting = time.monotonic()
         run = steps.lift(ctx)
@@ -187,33 +194,124 @@ def test_a_stop_write_never_lands_after_the_rollback_claimed_the_run(guard_env, 
     assert {le.stop_write for le in EntityRegistry(meta).biz("tenant", "7")[1]} == {False}
 
 
-def test_a_row_that_differs_fails_verify_and_the_rollback_keeps_the_tenant_in_its_zone(
-    cluster, guard_env, zones, meta, tenant7, tmp_path
-):  # fmt: skip
-    """One of tenant 7's orders changed in b behind replication's back: verify names it and
-    fails, so no flip; the rollback leaves tenant 7 writable in a; another tenant's row
-    that differs is not the migration's business."""
+def _older_than_the_cut(written: float) -> None:
+    """verify runs while the tenant is written: a row younger than the check's cut (its
+    start less CUT_GRACE_US) is excused as in flight. A span of the protocol on the
+    clock, not an event: wait until rows written at `written` are older than it."""
+    time.sleep(max(0.0, written + CUT_GRACE_US / 1e6 + 0.1 - time.time()))
+
+
+def _behind_replications_back(zones, zone: str, sql: str) -> None:
+    with zones[zone].connect("zonesync_app") as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(sql)
+        conn.commit()
+
+
+def test_a_row_that_differs_fails_verify_before_anything_is_stopped(cluster, guard_env, zones, meta, tenant7,
+                                                                     tmp_path):  # fmt: skip
+    """One of tenant 7's orders changed in b behind replication's back: verify (before the
+    stop) names it and fails; another tenant's row that differs is not the migration's
+    business; the rollback finds nothing pushed, so tenant 7 was never stopped."""
     ga = guard_env("a")
     guard_env("b")
     with ga.transaction() as tx:
         for n in range(5):
             tx.insert("orders", {"order_id": 70 + n, "tenant_id": 7, "amount": 1})
         tx.insert("orders", {"order_id": 90, "tenant_id": 9, "amount": 1})
+    written = time.time()
     wait_converged(zones, ("orders",), timeout=60)
-    with zones["b"].connect("zonesync_app") as conn, conn.cursor() as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute("UPDATE orders SET amount = 5 WHERE order_id IN (72, 90)")
-        conn.commit()
+    _behind_replications_back(zones, "b", "UPDATE orders SET amount = 5 WHERE order_id IN (72, 90)")
+    _older_than_the_cut(written)
     ctx = _ctx(zones, meta, "differs-7")
+    steps.preflight(ctx)
+    with pytest.raises(steps.MigrationError, match=r"verify: 1 rows differ, e.g. \['orders\[72\]: b amount"):
+        _verify(ctx, zones, tmp_path)
+    with pytest.raises(steps.MigrationError, match="not proven synced"):
+        steps.final_check(ctx)
+    assert steps.rollback(ctx, "verify failed") == "nothing was pushed; migration failed: verify failed"
+    assert {le.stop_write for le in EntityRegistry(meta).biz("tenant", "7")[1]} == {False}
+
+
+def test_a_row_changed_after_the_stop_fails_the_final_check_and_the_rollback_keeps_the_tenant_in_a(
+    cluster, guard_env, zones, meta, tenant7
+):  # fmt: skip
+    """Writes stopped and b synced, then one of tenant 7's orders deleted in b behind
+    replication's back: the final check (counts and checksums pushed down) names the table
+    and both zones' numbers, the flip refuses, the rollback leaves tenant 7 writable in a."""
+    ga = guard_env("a")
+    guard_env("b")
+    with ga.transaction() as tx:
+        for n in range(5):
+            tx.insert("orders", {"order_id": 170 + n, "tenant_id": 7, "amount": 1})
+        tx.insert("orders", {"order_id": 190, "tenant_id": 9, "amount": 1})
+    ctx = _ctx(zones, meta, "late-7")
     steps.preflight(ctx)
     steps.stop_write(ctx)
     steps.sync_position(ctx)
     wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
-    with pytest.raises(steps.MigrationError, match=r"verify: 1 rows differ, e.g. \['orders\[72\]: b amount"):
-        _verify(ctx, zones, tmp_path)
+    _behind_replications_back(zones, "b", "DELETE FROM orders WHERE order_id IN (172, 190)")
+    with pytest.raises(steps.MigrationError, match=r"final_check: the LEs' rows differ: orders: a 5 rows \(checksum "
+                                                   r"\d+\), b 4 rows"):  # fmt: skip
+        steps.final_check(ctx)
     with pytest.raises(steps.MigrationError, match="not verified"):
         steps.flip(ctx)
-    steps.rollback(ctx, "verify failed")
+    assert "writable in a again" in steps.rollback(ctx, "final check failed")
     with ga.transaction() as tx:
-        tx.update("orders", {"order_id": 70}, {"amount": 3})
-    assert EntityRegistry(meta).biz("tenant", "7")[0].zone == "a"
+        tx.insert("orders", {"order_id": 175, "tenant_id": 7, "amount": 1})
+
+
+def _killed_while_acks_are_held(meta, zones, held_guard, run_id: str, step_names: list[str], recorded: str) -> None:
+    """Run `step_names` in a child process while `held_guard` (SIGSTOPped) holds its ack;
+    kill -9 the child once the last step's version is recorded, then let the guard go."""
+    child = migration_process.spawn(meta, zones, run_id, "7", "b", step_names)
+    try:
+        wait_until(lambda: getattr(MigrationStore(meta).get(run_id), recorded, None) is not None, 60,
+                   f"{recorded} recorded")  # fmt: skip
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        os.kill(held_guard.pid, signal.SIGCONT)
+
+
+def test_steps_killed_with_kill_9_while_they_wait_for_acks_converge_when_run_again(cluster, guard_env, zones, meta,
+                                                                                   tenant7):  # fmt: skip
+    """stop_write killed after its publish, waiting for a held ack: run again, it publishes
+    nothing new and completes. flip killed the same way (S004-26: between the unit's flip
+    and the lift): flip and lift run again and the tenant is writable in b, not left
+    stopped; a single version each for stop and flip."""
+    ga, gb = guard_env("a"), guard_env("b")
+    held, _ = guard_process.spawn(meta, zones, "b", 0.3)
+    try:
+        os.kill(held.pid, signal.SIGSTOP)  # registered and healthy by its last heartbeat: stop_write waits for it
+        _killed_while_acks_are_held(meta, zones, held, "kill-7", ["preflight", "stop_write"], "stop_version")
+        ctx = _ctx(zones, meta, "kill-7")
+        stop_version = ctx.store.require("kill-7").stop_version
+        assert {le.stop_write for le in EntityRegistry(meta).biz("tenant", "7")[1]} == {True}
+        head = EntityRegistry(meta).head()
+        run = steps.stop_write(ctx)
+        assert (run.stop_version, run.phase, EntityRegistry(meta).head()) == (stop_version, "stopped", head)
+        steps.sync_position(ctx)
+        wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
+        steps.final_check(ctx)
+        os.kill(held.pid, signal.SIGSTOP)
+        _killed_while_acks_are_held(meta, zones, held, "kill-7", ["flip"], "flip_version")
+        flip_version = ctx.store.require("kill-7").flip_version
+        assert steps.rollback(ctx, "test").startswith("not rolled back: flip has started")
+        assert steps.flip(ctx).flip_version == flip_version
+        run = steps.lift(ctx)
+    finally:
+        os.kill(held.pid, signal.SIGCONT)
+        held.kill()
+        held.wait()
+    assert run.status == "succeeded" and run.window_ms > 0, run
+    where = EntityRegistry(meta).biz("tenant", "7")
+    assert {(le.zone, le.stop_write) for le in where[1]} == {("b", False)}
+    rows, _ = meta.run("SELECT COUNT(*) FROM versions WHERE reason LIKE 'migration kill-7: %%'")
+    assert rows[0][0] == 3  # stop, flip, lift: once each
+    guards.wait_acks(meta, run.lift_version, {"a", "b"}, 10)
+    with gb.transaction() as tx:
+        tx.insert("orders", {"order_id": 7301, "tenant_id": 7, "amount": 1})
+    with pytest.raises(WrongZone):
+        with ga.transaction() as tx:
+            tx.insert("orders", {"order_id": 7302, "tenant_id": 7, "amount": 1})
