@@ -7,8 +7,18 @@ none of the core API's dependencies), so every route here depends on Airflow's
 /auth/token`, or the UI's session cookie); a call without a valid one is refused (401
 without a token, 403 with a bad one).
 
-    GET /zonesync/api/v1/entities/{type}/{id}   where a locating entity is (routing.Router)
-    GET /zonesync/api/v1/tenants/{tenant}       a tenant (biz entity) and its locating entities
+    GET  /zonesync/api/v1/entities/{type}/{id}          where a locating entity is (routing.Router)
+    GET  /zonesync/api/v1/tenants/{tenant}              a tenant (biz entity) and its locating entities
+    POST /zonesync/api/v1/tenants/{tenant}/migrations   {"to": ZONE, "mode": "plan1", "reason": ...}:
+                                                        the le_migration DAG triggered; its run id
+    GET  /zonesync/api/v1/tenants/{tenant}/migrations   the tenant's migrations, newest first
+    GET  /zonesync/api/v1/migrations/{run_id}           one migration: step, stop-write window, result
+
+A POST is checked against meta first (migrate.steps.movable: 400 naming the field, 404
+for an unknown tenant, 409 while it migrates; nothing triggered), then triggers the DAG
+through Airflow's own REST API on this api-server with the caller's token, so Airflow's
+permissions decide whether this user may run it and the run names the user (a 403 from
+it is passed on).
 
 Routes are wiring: the answers come from zonesync.routing and the entity registry, as the
 `zonesync entity where | show` commands print them. Errors are one line in `detail`.
@@ -19,7 +29,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
 
 _bearer = HTTPBearer(auto_error=False)
 
@@ -85,7 +98,100 @@ def tenant_show(tenant: str) -> dict:
                                    "stop_write": e.stop_write, "version": e.version} for e in les]}  # fmt: skip
 
 
+class MigrationBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    to: str = Field(min_length=1, max_length=16)
+    mode: str = "plan1"
+    reason: str = Field(min_length=1, max_length=500)
+    ack_timeout_s: float = Field(10.0, gt=0, le=600)
+    sync_timeout_s: float = Field(120.0, ge=1, le=86400)
+
+
+def _meta():
+    from zonesync.meta.db import MetaConfig
+
+    return MetaConfig.from_env()
+
+
+@v1.post("/tenants/{tenant}/migrations", status_code=202)
+async def migration_start(tenant: str, body: MigrationBody, request: Request) -> dict:
+    """Check the request against meta, then trigger le_migration as the caller."""
+    import asyncio
+
+    from zonesync.migrate.request import MigrationRefused, MigrationRequest
+    from zonesync.migrate.steps import movable
+    from zonesync.migrate.store import RUNNING, MigrationStore
+
+    _checked("biz entity", "tenant", tenant)
+    req = MigrationRequest("tenant", tenant, body.to, body.mode, body.reason)
+    meta = _meta()
+    try:
+        await asyncio.to_thread(movable, meta, req)
+    except MigrationRefused as exc:
+        status = 404 if "is not a registered biz entity" in str(exc) else 400
+        raise HTTPException(status_code=status, detail=str(exc)) from None
+    running = [m.run_id for m in await asyncio.to_thread(MigrationStore(meta).history, 5, "tenant", tenant)
+               if m.status == RUNNING]  # fmt: skip
+    if running:
+        raise HTTPException(status_code=409, detail=f"tenant: tenant {tenant} is being migrated already "
+                            f"({running[0]}); wait for it or roll it back")  # fmt: skip
+    conf = {"tenant": tenant, "to_zone": body.to, "mode": body.mode, "reason": body.reason,
+            "ack_timeout_s": body.ack_timeout_s, "sync_timeout_s": body.sync_timeout_s}  # fmt: skip
+    run = await _trigger(request, "le_migration", conf)
+    return {"run_id": run["dag_run_id"], "dag_id": "le_migration", "state": run.get("state"),
+            "status_url": f"/zonesync/api/v1/migrations/{run['dag_run_id']}"}  # fmt: skip
+
+
+async def _trigger(request: Request, dag_id: str, conf: dict) -> dict:
+    """POST /api/v2/dags/{dag_id}/dagRuns on this api-server with the caller's own token (the
+    bearer header, else the UI's `_token` cookie): Airflow checks the user may trigger it."""
+    import httpx
+
+    token = request.headers.get("authorization", "").removeprefix("Bearer ").strip() or request.cookies.get("_token")
+    base = f"{request.url.scheme}://{request.url.netloc}"
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        resp = await client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf},
+                                 headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    if resp.status_code not in (200, 201):
+        try:
+            detail = resp.json().get("detail")
+        except ValueError:
+            detail = resp.text
+        raise HTTPException(status_code=resp.status_code, detail=f"airflow refused the run: {detail}"[:2000])
+    return resp.json()
+
+
+@v1.get("/tenants/{tenant}/migrations")
+def migrations_of(tenant: str, limit: int = 20) -> dict:
+    from zonesync.migrate.store import MigrationStore
+
+    _checked("biz entity", "tenant", tenant)
+    if not 1 <= limit <= 500:
+        raise HTTPException(status_code=400, detail="limit: between 1 and 500")
+    runs = MigrationStore(_meta()).history(limit, "tenant", tenant)
+    return {"tenant": tenant, "migrations": [m.to_doc() for m in runs]}
+
+
+@v1.get("/migrations/{run_id}")
+def migration_show(run_id: str) -> dict:
+    from zonesync.migrate.store import MigrationStore
+
+    run = MigrationStore(_meta()).get(run_id)
+    if run is None:
+        raise HTTPException(status_code=404, detail=f"unknown: no migration with run id {run_id!r} (refused before "
+                            "preflight, or not started yet)")  # fmt: skip
+    return run.to_doc()
+
+
 # no /docs, /redoc or /openapi.json: Airflow would serve them to anyone (they are not routes of `v1`)
 app = FastAPI(title="zonesync", description="Locating entities and tenants of a zonesync mesh", docs_url=None,
               redoc_url=None, openapi_url=None)  # fmt: skip
 app.include_router(v1)
+
+
+@app.exception_handler(RequestValidationError)
+async def _one_line(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """A bad body or query as one line naming the field (FastAPI's default is a list)."""
+    first = exc.errors()[0] if exc.errors() else {}
+    field = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+    return JSONResponse(status_code=400, content={"detail": f"{field}: {first.get('msg', 'invalid')}"})

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -186,11 +187,18 @@ def _zonesync_http_api(env) -> None:
     bad type named in one line)."""
     from zonesync.airflow_api import AirflowApi
 
+    rules = zs(env, "rules", "apply", str(Path(__file__).resolve().parents[2] / "examples" / "rules.yaml"), "--reason",
+               "e2e: tenants 0-399 in a")  # fmt: skip
+    assert rules.returncode == 0, rules.stdout + rules.stderr
     reg = zs(env, "entity", "register", "tenant", "42", "--zone", "b", "--le", "tenant:42", "--le", "chat:9001",
              "--reason", "e2e: the HTTP API")  # fmt: skip
+    assert reg.returncode == 2 and "the rules place tenant 42 in zone a" in reg.stderr, reg.stderr  # its rows' zone
+    reg = zs(env, "entity", "register", "tenant", "42", "--zone", "b", "--le", "tenant:42", "--le", "chat:9001",
+             "--reason", "e2e: the HTTP API", "--new")  # fmt: skip
     assert reg.returncode == 0, reg.stdout + reg.stderr
     password = json.loads((Path(env["ZONESYNC_STATE_DIR"]) / "airflow" / "passwords.json").read_text())["admin"]
-    api = AirflowApi(f"http://127.0.0.1:{env['ZONESYNC_AIRFLOW_PORT']}", "admin", password)
+    # a generous timeout: on 2 cores the api-server answers slowly while the first scheduled runs start
+    api = AirflowApi(f"http://127.0.0.1:{env['ZONESYNC_AIRFLOW_PORT']}", "admin", password, timeout=60)
     assert api._raw("GET", "/zonesync/api/v1/entities/chat/9001", auth=False)[0] == 401
     api._token = "not-a-token"
     assert api._raw("GET", "/zonesync/api/v1/entities/chat/9001")[0] == 403
@@ -208,3 +216,34 @@ def _zonesync_http_api(env) -> None:
     assert status == 400 and "type 'bad-type' must be a plain name" in doc["detail"], doc
     assert api._raw("GET", "/zonesync/api/v1/tenants/43")[0] == 404
     assert api._raw("GET", "/zonesync/openapi.json", auth=False)[0] == 404  # no schema for anyone
+    _tenant_migrations(env, api)
+
+
+def _tenant_migrations(env, api) -> None:
+    """Tenant 42 moved b -> c by `POST /zonesync/api/v1/tenants/42/migrations` (bad bodies
+    refused in one line first, nothing triggered), followed to success and read back; then
+    back to b with `zonesync migrate`, listed by `zonesync migrations`."""
+    path = "/zonesync/api/v1/tenants/42/migrations"
+    assert api._raw("POST", path, {"to": "c", "reason": "e2e"}, auth=False)[0] == 401
+    for body, words in [({"to": "x", "reason": "e2e"}, "to: unknown zone 'x'"),
+                        ({"to": "c"}, "reason: Field required"),
+                        ({"to": "c", "reason": "e2e", "mode": "dual-write"}, "mode: dual-write is refused"),
+                        ({"to": "b", "reason": "e2e"}, "to: tenant 42 is in zone b already"),
+                        ({"to": "c", "reason": "e2e", "extra": 1}, "extra: Extra inputs")]:  # fmt: skip
+        got = api._raw("POST", path, body)
+        assert got[0] == 400 and words in got[1]["detail"], (body, got)
+    assert api._raw("POST", "/zonesync/api/v1/tenants/43/migrations", {"to": "c", "reason": "e2e"})[0] == 404
+    assert api._raw("GET", path)[1]["migrations"] == []  # nothing triggered
+    status, doc = api._raw("POST", path, {"to": "c", "reason": "e2e: over HTTP"})
+    assert status == 202 and doc["dag_id"] == "le_migration", doc
+    run_id = doc["run_id"]
+    assert api.follow("le_migration", run_id, timeout=300) == "success"
+    status, doc = api._raw("GET", f"/zonesync/api/v1/migrations/{urllib.parse.quote(run_id, safe='')}")
+    assert status == 200 and (doc["status"], doc["from_zone"], doc["to_zone"]) == ("succeeded", "b", "c"), doc
+    assert doc["actor"] == "admin" and doc["stop_write_window_ms"] > 0, doc
+    assert api._raw("GET", "/zonesync/api/v1/entities/chat/9001")[1]["zone"] == "c"
+    back = zs(env, "migrate", "--tenant", "42", "--to", "b", "--reason", "e2e: back", timeout=400)
+    assert back.returncode == 0 and "migration" in back.stdout and "succeeded" in back.stdout, back.stdout + back.stderr
+    listed = zs(env, "migrations", "--tenant", "42")
+    assert listed.returncode == 0 and run_id in listed.stdout and listed.stdout.count("succeeded") == 2, listed.stdout
+    assert [m["to_zone"] for m in api._raw("GET", path)[1]["migrations"]] == ["b", "c"]

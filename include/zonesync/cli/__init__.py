@@ -23,6 +23,7 @@ from zonesync.cli import (
     kv,
     locks,
     meta,
+    migrate,
     replication,
     rules,
     switch,
@@ -33,7 +34,8 @@ from zonesync.cli import (
 from zonesync.cli.common import fail
 
 # in the order `zonesync --help` lists them
-GROUPS = (dev, meta, rules, tags, entity, kv, guards, workers, replication, binlog, locks, switch, copy, check, zones)
+GROUPS = (dev, meta, rules, tags, entity, kv, guards, workers, replication, binlog, locks, switch, copy, check, migrate,
+          zones)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
