@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from decimal import Decimal
 
 import pytest
 
 from zonesync.dal.errors import EntityWriteStopped, WrongZone, ZoneReshardingBlocked, ZsidUndetermined
 from zonesync.dal.hlc import HybridClock
 from zonesync.dal.rwlock import RWLock
-from zonesync.dal.state import GuardState
+from zonesync.dal.state import GuardState, integer_text
 from zonesync.rules import parse
 
 pytestmark = pytest.mark.unit
@@ -97,6 +99,24 @@ def test_a_registered_entitys_unit_decides_its_rows_over_its_zsids_owner():
         state("a", flags).decide("orders", {"tenant": 24})
     with pytest.raises(WrongZone):
         state("b", flags).decide("orders", {"tenant": 32})
+
+
+def test_a_registered_integer_id_spelled_another_way_is_refused_not_judged_by_its_zsid():
+    """Tenant 22 registered in b (its ZSID 2 is a's): '022', ' 22', '+22', 22.0 would land in
+    an INT column as tenant 22's row, and judged by the ZSID alone a would accept them.
+    Refused in every zone, naming the canonical id; an unregistered id spelled oddly still
+    follows its ZSID; the same for a KV key's entity."""
+    flags = {("t", "22"): ("b", False)}
+    for odd in ("022", " 22", "+22", 22.0, Decimal("22.00")):
+        for zone in ("a", "b"):
+            with pytest.raises(ZsidUndetermined, match=f"t id {re.escape(repr(odd))} spells the registered t 22 "):
+                state(zone, flags).decide("orders", {"tenant": odd})
+    assert state("b", flags).decide("orders", {"tenant": 22}).entity == ("t", "22")
+    assert state("a", flags).decide("orders", {"tenant": "012"}).zsid == 2  # unregistered: its ZSID decides
+    with pytest.raises(ZsidUndetermined, match="spells the registered t 22"):
+        state("a", flags).decide_entity("t", "022")
+    assert [integer_text(v) for v in (7, "07", " -7 ", "7a", "", 7.5, True, b"08")] == ["7", "7", "-7", None, None,
+                                                                                         None, None, "8"]  # fmt: skip
 
 
 def test_no_rules_means_nothing_is_writable():

@@ -9,6 +9,7 @@ complete, checked version, never a mix of two.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 
 from zonesync.dal.errors import (
     EntityWriteStopped,
@@ -21,6 +22,25 @@ from zonesync.dal.errors import (
 from zonesync.rules.extract import RuleIndex, ZsidUnknown
 from zonesync.rules.model import ACTIVE, RuleSet
 from zonesync.tagging.radix import AmbiguousKey, PatternTree
+
+
+def integer_text(value) -> str | None:
+    """The decimal text of an integer however it is spelled (7, '07', ' +7 ', 7.0,
+    Decimal('7.00')), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str | bytes):
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        text = text.strip()
+        digits = text[1:] if text[:1] in "+-" else text
+        return str(int(text)) if digits.isdigit() and digits.isascii() else None
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    return str(int(number)) if number.is_finite() and number == number.to_integral_value() else None
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,7 @@ class GuardState:
             if value is None:
                 raise ZsidUndetermined(f"table {table}: the row has no {spec.entity.column}, its entity column")
             entity = (spec.entity.type, str(value))
+            self._refuse_another_spelling(entity, value)
             if self._registered(entity, zsid):
                 return Decision(zsid, entity)
         try:
@@ -75,6 +96,18 @@ class GuardState:
         if rule.zone != self.zone:
             raise WrongZone(rule.zone, zsid, self.version)
         return Decision(zsid, entity)
+
+    def _refuse_another_spelling(self, entity: tuple[str, str], value) -> None:
+        """ZsidUndetermined when `value` spells a registered entity's integer id another way
+        ('07', ' 7', '+7', 7.0 for 7): an INT column stores it as that entity's row, but the
+        registry, keyed by the id's text, would not know it, and the row would be judged by
+        its ZSID alone, writable where the entity is not (or while it is stopped). Refused,
+        not guessed: in a text column '07' may be another entity, and writing it as 7 or as
+        an unregistered id is the application's choice."""
+        canonical = integer_text(value)
+        if canonical is not None and canonical != entity[1] and (entity[0], canonical) in self.entities:
+            raise ZsidUndetermined(f"{entity[0]} id {value!r} spells the registered {entity[0]} {canonical} "
+                                   f"another way: write it as {canonical}")  # fmt: skip
 
     def _registered(self, entity: tuple[str, str], zsid: int | None) -> bool:
         """Whether the entity is registered (its unit and stop-write flag then decide:
@@ -112,6 +145,7 @@ class GuardState:
         if self.index is None:
             raise ZsidUndetermined(f"no rules published yet (version {self.version}): nothing is writable")
         entity = (entity_type, str(entity_id))
+        self._refuse_another_spelling(entity, entity_id)
         if self._registered(entity, None):
             return Decision(-1, entity)
         try:
