@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import consistency, foundation, full_copy, guard, kv, replication, switch, tagging
+from bench import consistency, foundation, full_copy, guard, kv, migration, replication, switch, tagging
 from bench.harness import BenchEnv, print_table
 
 SUITES = {
@@ -16,6 +16,7 @@ SUITES = {
     "guard": guard.run,
     "replication": replication.run,
     "switch": switch.run,
+    "migration": migration.run,
     "copy": full_copy.run,
     "check": consistency.run,
     "tag": tagging.run,

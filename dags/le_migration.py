@@ -24,16 +24,11 @@ migrations` or `zonesync migrate --tenant 7 --to b --reason ...`.
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 from airflow.sdk import DAG, Param, TriggerRule
 
-from zonesync import jvm
 from zonesync_airflow.operators.migration import ZoneMigrationCutoverOperator, ZoneMigrationStepOperator
-from zonesync_airflow.operators.spark import ZoneSparkSubmitOperator
-
-CHECK_JOB = str(Path(__file__).resolve().parents[1] / "spark_jobs" / "consistency_check.py")
-STARTED = "ti.xcom_pull(task_ids='verify_start')"
+from zonesync_airflow.operators.spark import restricted_check
 
 with DAG(
     dag_id="le_migration",
@@ -82,21 +77,7 @@ with DAG(
 ) as dag:
     preflight = ZoneMigrationStepOperator(task_id="preflight", step="preflight")
     verify_start = ZoneMigrationStepOperator(task_id="verify_start", step="verify_start")
-    verify_check = ZoneSparkSubmitOperator(
-        task_id="verify_check",
-        application=CHECK_JOB,
-        zones=f"{{{{ {STARTED}['zones'] }}}}",
-        application_args=[
-            "--run-id",
-            f"{{{{ {STARTED}['check_run_id'] }}}}",
-            "--table",
-            f"{{{{ {STARTED}['tables'] }}}}",
-        ],
-        meta_conn_id="zonesync_meta",
-        name="zonesync-migration-verify",
-        driver_memory="512m",
-        conf=jvm.driver_conf(dispatch_only=True),
-    )
+    verify_check = restricted_check("verify_check", "zonesync-migration-verify")
     verify = ZoneMigrationStepOperator(task_id="verify", step="verify")
     cutover = ZoneMigrationCutoverOperator(
         task_id="cutover",

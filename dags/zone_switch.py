@@ -32,12 +32,10 @@ from the UI form, the REST API, or `zonesync switch --zsids 0-99 --from a --to b
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 from airflow.sdk import DAG, Param, TriggerRule
 
-from zonesync import jvm
-from zonesync_airflow.operators.spark import ZoneSparkSubmitOperator
+from zonesync_airflow.operators.spark import restricted_check
 from zonesync_airflow.operators.switch import (
     ZoneSwitchActivateOperator,
     ZoneSwitchBlockOperator,
@@ -49,9 +47,6 @@ from zonesync_airflow.operators.switch import (
     ZoneSwitchVerifyStartOperator,
 )
 from zonesync_airflow.sensors.switch import ZoneSyncedSensor
-
-CHECK_JOB = str(Path(__file__).resolve().parents[1] / "spark_jobs" / "consistency_check.py")
-STARTED = "ti.xcom_pull(task_ids='verify_start')"
 
 ZONE = {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,15}$"}
 
@@ -110,23 +105,8 @@ with DAG(
         max_retry_delay=timedelta(seconds=30),  # the ZSIDs are writable nowhere meanwhile
     )
     verify_start = ZoneSwitchVerifyStartOperator(task_id="verify_start")
-    verify_check = ZoneSparkSubmitOperator(
-        task_id="verify_check",
-        application=CHECK_JOB,
-        zones=f"{{{{ {STARTED}['zones'] }}}}",
-        application_args=[
-            "--run-id",
-            f"{{{{ {STARTED}['check_run_id'] }}}}",
-            "--table",
-            f"{{{{ {STARTED}['tables'] }}}}",
-            "--max-lag-s",
-            "0",
-        ],  # fmt: skip
-        meta_conn_id="zonesync_meta",
-        name="zonesync-switch-verify",
-        driver_memory="512m",
-        conf=jvm.driver_conf(dispatch_only=True),
-        retries=2,
+    verify_check = restricted_check(
+        "verify_check", "zonesync-switch-verify", extra_args=("--max-lag-s", "0"), retries=2
     )
     verify = ZoneSwitchVerifyOperator(task_id="verify")
     rollback = ZoneSwitchRollbackOperator(

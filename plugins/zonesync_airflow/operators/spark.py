@@ -21,6 +21,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from zonesync import jvm
 from zonesync_airflow.hooks.zone import ZoneHook
 
+CHECK_JOB = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "consistency_check.py")
+
 
 def password_env_var(zone: str) -> str:
     return f"ZONESYNC_JDBC_PASSWORD_{zone.upper()}"
@@ -108,3 +110,26 @@ class ZoneSparkSubmitOperator(SparkSubmitOperator):
             )
         hook.__class__ = _ExactEnvSubmitHook  # the same hook, started with env_vars only
         return hook
+
+
+def restricted_check(task_id: str, name: str, started_task: str = "verify_start", extra_args=(), **kwargs):
+    """The consistency check's Spark job over a check run that `started_task` started (its
+    XCom: check_run_id, zones, tables): the verify of a zone switch and of a migration."""
+    started = f"ti.xcom_pull(task_ids='{started_task}')"
+    return ZoneSparkSubmitOperator(
+        task_id=task_id,
+        application=CHECK_JOB,
+        zones=f"{{{{ {started}['zones'] }}}}",
+        application_args=[
+            "--run-id",
+            f"{{{{ {started}['check_run_id'] }}}}",
+            "--table",
+            f"{{{{ {started}['tables'] }}}}",
+            *extra_args,
+        ],  # fmt: skip
+        meta_conn_id="zonesync_meta",
+        name=name,
+        driver_memory="512m",
+        conf=jvm.driver_conf(dispatch_only=True),
+        **kwargs,
+    )

@@ -315,3 +315,37 @@ def test_steps_killed_with_kill_9_while_they_wait_for_acks_converge_when_run_aga
     with pytest.raises(WrongZone):
         with ga.transaction() as tx:
             tx.insert("orders", {"order_id": 7302, "tenant_id": 7, "amount": 1})
+
+
+def test_the_cli_refuses_a_bad_migration_in_one_line_and_shows_the_runs(guard_env, zones, meta, tenant7, capsys,
+                                                                        monkeypatch):  # fmt: skip
+    """`zonesync migrate` checks the request against meta before it triggers anything (one
+    line naming the flag); `zonesync migrations` and `migrate status` show a run."""
+    from zonesync import cli
+    from zonesync.cli import common
+
+    monkeypatch.setattr(common, "run_dag", lambda *a, **k: pytest.fail("nothing may be triggered"))
+    cases = [
+        (["--tenant", "7", "--reason", "r"], "zonesync migrate: --to required (example: --tenant 7 --to b"),
+        (["--tenant", "7", "--to", "x", "--reason", "r"], "zonesync migrate: --to: unknown zone 'x'"),
+        (["--tenant", "7", "--to", "a", "--reason", "r"], "zonesync migrate: --to: tenant 7 is in zone a already"),
+        (["--tenant", "7", "--to", "b", "--reason", "r", "--mode", "dual-write"],
+         "zonesync migrate: --mode: dual-write is refused"),
+        (["--tenant", "8", "--to", "b", "--reason", "r"], "zonesync migrate: --tenant: tenant 8 is not a registered"),
+        (["frobnicate"], "zonesync migrate: unknown arguments 'frobnicate'"),
+    ]  # fmt: skip
+    for args, message in cases:
+        assert cli.main(["migrate", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith(message) and err.count("\n") == 1, err
+    guard_env("a")
+    steps.preflight(_ctx(zones, meta, "cli-7"))
+    assert cli.main(["migrations", "--tenant", "7"]) == 0
+    out = capsys.readouterr().out
+    assert "running     preflight    7          a->b" in out and "cli-7" in out, out
+    assert cli.main(["migrate", "status", "cli-7"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("migration cli-7 (running, preflight): tenant 7 a -> b (plan1)")
+    assert "locating entities: chat 70, tenant 7" in out
+    assert cli.main(["migrate", "status", "nope"]) == 2
+    steps.rollback(_ctx(zones, meta, "cli-7"), "test")
