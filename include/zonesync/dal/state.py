@@ -9,7 +9,6 @@ complete, checked version, never a mix of two.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 
 from zonesync.dal.errors import (
     EntityWriteStopped,
@@ -19,28 +18,9 @@ from zonesync.dal.errors import (
     ZoneReshardingBlocked,
     ZsidUndetermined,
 )
-from zonesync.rules.extract import RuleIndex, ZsidUnknown
+from zonesync.rules.extract import RuleIndex, ZsidUnknown, integer_text
 from zonesync.rules.model import ACTIVE, RuleSet
 from zonesync.tagging.radix import AmbiguousKey, PatternTree
-
-
-def integer_text(value) -> str | None:
-    """The decimal text of an integer however it is spelled (7, '07', ' +7 ', 7.0,
-    Decimal('7.00')), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str | bytes):
-        text = value.decode(errors="replace") if isinstance(value, bytes) else value
-        text = text.strip()
-        digits = text[1:] if text[:1] in "+-" else text
-        return str(int(text)) if digits.isdigit() and digits.isascii() else None
-    try:
-        number = Decimal(str(value))
-    except (InvalidOperation, ValueError):
-        return None
-    return str(int(number)) if number.is_finite() and number == number.to_integral_value() else None
 
 
 @dataclass(frozen=True)

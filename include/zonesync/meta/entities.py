@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from zonesync.meta.db import MetaError
 from zonesync.meta.store import MetaStore, audit, default_actor, record_units
-from zonesync.rules.extract import RuleIndex, ZsidUnknown
+from zonesync.rules.extract import RuleIndex, ZsidUnknown, integer_text
 from zonesync.rules.model import parse
 from zonesync.sql_names import is_ident
 
@@ -97,6 +97,7 @@ class EntityRegistry(MetaStore):
                 if row and row[0] is not None and (row[0], row[1]) != (be_type, be_id):
                     raise MetaError(f"register: {le_type} {le_id} belongs to {row[0]} {row[1]}: a locating entity "
                                     "has one biz entity (move it with a migration)")  # fmt: skip
+            _refuse_another_spelling(cur, les)
             if within is None:
                 _refuse_a_move(cur, be_type, be_id, zone, les, new)
             else:
@@ -154,6 +155,27 @@ class EntityRegistry(MetaStore):
         return [Registered(t, i, z, st, bool(sw), int(v), bt, bi) for t, i, z, st, sw, v, bt, bi in rows]
 
 
+def _newest_rules(cur) -> RuleIndex | None:
+    cur.execute("SELECT rule_set FROM versions WHERE kind = 'rules' ORDER BY version DESC LIMIT 1")
+    row = cur.fetchone()
+    return None if row is None else RuleIndex(parse(json.loads(row[0]), "the newest rules"))
+
+
+def _refuse_another_spelling(cur, les: list[tuple[str, str]]) -> None:
+    """MetaError for an LE id that spells an integer another way ('07', '+7') when a table
+    of the rules takes its ZSID from that entity type's integer id: its rows' column holds
+    7, the registry would hold '07', and the guard would never match the two."""
+    index = None
+    for le_type, le_id in les:
+        canonical = integer_text(le_id)
+        if canonical is None or canonical == le_id:
+            continue
+        index = index or _newest_rules(cur)
+        if index is not None and index.entity_zsid(le_type, canonical) is not None:
+            raise MetaError(f"register: {le_type} id {le_id!r} spells the integer {canonical} another way; "
+                            f"register it as {canonical}")  # fmt: skip
+
+
 def _refuse_a_move(cur, be_type: str, be_id: str, zone: str, les: list[tuple[str, str]], new: bool) -> None:
     """MetaError when an operator's registration would change who may write an LE (in the
     registration's transaction: the head row is locked, so neither the rules nor the
@@ -177,12 +199,9 @@ def _refuse_a_move(cur, be_type: str, be_id: str, zone: str, les: list[tuple[str
             continue
         if new:
             continue
+        index = index or _newest_rules(cur)
         if index is None:
-            cur.execute("SELECT rule_set FROM versions WHERE kind = 'rules' ORDER BY version DESC LIMIT 1")
-            rules = cur.fetchone()
-            if rules is None:
-                return
-            index = RuleIndex(parse(json.loads(rules[0]), "the newest rules"))
+            return
         owner = _zsid_owner(index, le_type, le_id)
         if owner is not None and owner != zone:
             raise MetaError(f"register: the rules place {le_type} {le_id} in zone {owner}, where its rows are written: "

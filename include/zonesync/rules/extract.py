@@ -10,6 +10,7 @@ write.
 from __future__ import annotations
 
 import bisect
+from decimal import Decimal, InvalidOperation
 
 from zonesync.rules.model import Rule, RuleSet, TableSpec
 
@@ -74,3 +75,22 @@ class RuleIndex:
             if spec.entity is not None and spec.entity.type == entity_type and spec.entity.column == spec.column:
                 return spec, zsid_of(spec, {spec.column: entity_id}, self.ruleset.zsid_min)
         return None
+
+
+def integer_text(value) -> str | None:
+    """The decimal text of an integer however it is spelled (7, '07', ' +7 ', 7.0,
+    Decimal('7.00')), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str | bytes):
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        text = text.strip()
+        digits = text[1:] if text[:1] in "+-" else text
+        return str(int(text)) if digits.isdigit() and digits.isascii() else None
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    return str(int(number)) if number.is_finite() and number == number.to_integral_value() else None

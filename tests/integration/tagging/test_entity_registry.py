@@ -85,6 +85,9 @@ def test_an_operator_registration_never_moves_who_may_write_an_entity(registry, 
                                         "it there and migrate it, or pass --new if it has no rows yet"):  # fmt: skip
         registry.register_biz("tenant", "reg-500", "a", [("tenant", "500")], "test")
     assert registry.head() == head and registry.locate("tenant", "500") is None
+    with pytest.raises(MetaError, match="register: tenant id '0500' spells the integer 500 another way; register it "
+                                        "as 500"):  # fmt: skip
+        registry.register_biz("tenant", "reg-500", "b", [("tenant", "0500")], "test", new=True)
     meta.run("INSERT INTO migrations (run_id, be_type, be_id, source_zone, target_zone, mode, les_json, reason, "
              "actor) VALUES ('reg-run', %s, %s, 'b', 'a', 'plan1', '[]', 'test', 'test')", BE)  # fmt: skip
     try:
