@@ -85,11 +85,10 @@ def entity_where(le_type: str, le_id: str) -> dict:
 @v1.get("/tenants/{tenant}")
 def tenant_show(tenant: str) -> dict:
     """A tenant (the biz entity `tenant`) and each of its locating entities, or 404."""
-    from zonesync.meta.db import MetaConfig
     from zonesync.meta.entities import EntityRegistry
 
     _checked("biz entity", "tenant", tenant)
-    found = EntityRegistry(MetaConfig.from_env()).biz("tenant", tenant)
+    found = EntityRegistry(_meta()).biz("tenant", tenant)
     if found is None:
         raise HTTPException(status_code=404, detail=f"unknown: tenant {tenant} is not a registered biz entity")
     biz, les = found
@@ -118,9 +117,8 @@ async def migration_start(tenant: str, body: MigrationBody, request: Request) ->
     """Check the request against meta, then trigger le_migration as the caller."""
     import asyncio
 
-    from zonesync.migrate.request import MigrationRefused, MigrationRequest
+    from zonesync.migrate.request import AlreadyMigrating, MigrationRefused, MigrationRequest, UnknownBizEntity
     from zonesync.migrate.steps import movable
-    from zonesync.migrate.store import RUNNING, MigrationStore
 
     _checked("biz entity", "tenant", tenant)
     req = MigrationRequest("tenant", tenant, body.to, body.mode, body.reason)
@@ -128,13 +126,8 @@ async def migration_start(tenant: str, body: MigrationBody, request: Request) ->
     try:
         await asyncio.to_thread(movable, meta, req)
     except MigrationRefused as exc:
-        status = 404 if "is not a registered biz entity" in str(exc) else 400
+        status = 404 if isinstance(exc, UnknownBizEntity) else 409 if isinstance(exc, AlreadyMigrating) else 400
         raise HTTPException(status_code=status, detail=str(exc)) from None
-    running = [m.run_id for m in await asyncio.to_thread(MigrationStore(meta).history, 5, "tenant", tenant)
-               if m.status == RUNNING]  # fmt: skip
-    if running:
-        raise HTTPException(status_code=409, detail=f"tenant: tenant {tenant} is being migrated already "
-                            f"({running[0]}); wait for it or roll it back")  # fmt: skip
     conf = {"tenant": tenant, "to_zone": body.to, "mode": body.mode, "reason": body.reason,
             "ack_timeout_s": body.ack_timeout_s, "sync_timeout_s": body.sync_timeout_s}  # fmt: skip
     run = await _trigger(request, "le_migration", conf)

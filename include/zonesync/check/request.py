@@ -11,6 +11,12 @@ from dataclasses import dataclass
 from zonesync.sql_names import is_ident, is_zone_name
 
 
+def entity_tables(tables: dict, types: set[str]) -> list[str]:
+    """The names of `tables` (name -> TableSpec) declaring an entity of one of `types`, sorted."""
+    return [name for name, spec in sorted(tables.items())
+            if getattr(spec, "entity", None) is not None and spec.entity.type in types]  # fmt: skip
+
+
 class CheckRefused(ValueError):
     """A check that must not start: the message says why and what to do."""
 
@@ -50,8 +56,8 @@ class CheckRequest:
         tables = tuple(self.tables) or tuple(replicated)
         if self.entities:
             types = {t for t, _ in self.entities}
-            tables = tuple(t for t in tables if getattr(replicated_tables[t], "entity", None) is not None
-                           and replicated_tables[t].entity.type in types)  # fmt: skip
+            declaring = set(entity_tables(replicated_tables, types))
+            tables = tuple(t for t in tables if t in declaring)
             if not tables:
                 raise CheckRefused(f"tables: no replicated table declares an entity of type {', '.join(sorted(types))}")
         return CheckRequest(picked, tables, self.chunk_rows, self.rows, self.repair, self.reason, self.zsids,

@@ -333,7 +333,7 @@ def status(cfg: EnvConfig) -> list[ComponentStatus]:
         for name in worker_names(cfg):
             rows.append(_status_of(cfg, name, "-", lambda: True))
     if cfg.with_airflow or any(procs.read(cfg.run_dir, p) for p in airflow_env.PROCESSES):
-        doc = airflow_env.health(cfg) or {}
+        doc = _settled_airflow_health(cfg)
         keys = {
             "api-server": "metadatabase",
             "scheduler": "scheduler",
@@ -346,6 +346,24 @@ def status(cfg: EnvConfig) -> list[ComponentStatus]:
                 _status_of(cfg, process, addr, lambda p=process: (doc.get(keys[p]) or {}).get("status") == "healthy")
             )
     return rows
+
+
+def _settled_airflow_health(cfg: EnvConfig, grace_s: float = 45.0) -> dict:
+    """Airflow's health document, asked again for up to `grace_s` while its processes are
+    alive but the document is missing or names a part unhealthy. On 2 busy cores the
+    api-server can miss one probe, and a scheduler's heartbeat can be late once, right
+    after `dev up`; a status that says "unhealthy" for a moment's stall is a wrong answer.
+    A dead process is not waited for: it shows as crashed at once."""
+    parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+    deadline = time.monotonic() + grace_s
+    while True:
+        doc = airflow_env.health(cfg) or {}
+        if all((doc.get(p) or {}).get("status") == "healthy" for p in parts):
+            return doc
+        alive = [procs.read(cfg.run_dir, p) for p in airflow_env.PROCESSES]
+        if time.monotonic() >= deadline or not all(m is not None and m.alive() for m in alive):
+            return doc
+        time.sleep(1.0)
 
 
 def _status_of(cfg: EnvConfig, name: str, address: str, healthy) -> ComponentStatus:

@@ -17,13 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from zonesync.check.request import entity_tables
 from zonesync.check.sql import chunk_checksum, entity_predicate
 from zonesync.rules.model import RuleSet
-
-
-def entity_tables(rules: RuleSet, types: set[str]) -> list:
-    """The rules' tables declaring an entity of one of `types`, by name."""
-    return [spec for _, spec in sorted(rules.tables.items()) if spec.entity is not None and spec.entity.type in types]
 
 
 def _columns(cur, table: str) -> tuple[list[tuple[str, str]], set[str]]:
@@ -52,13 +48,11 @@ def zone_sums(conn, specs: list, entities: dict[str, list[str]], zone_ids: list[
     return out
 
 
-def compare(rules: RuleSet, les: list[tuple[str, str]], zones: tuple[str, str], zone_ids: list[int],
+def compare(rules: RuleSet, entities: dict[str, list[str]], zones: tuple[str, str], zone_ids: list[int],
             zone_conn: Callable) -> tuple[dict, list[str]]:  # fmt: skip
-    """({table: {zone: rows}}, one line per table that differs) between the two zones."""
-    entities: dict[str, list[str]] = {}
-    for le_type, le_id in les:
-        entities.setdefault(le_type, []).append(le_id)
-    specs = entity_tables(rules, set(entities))
+    """({table: {zone: rows}}, one line per table that differs) between the two zones, for
+    the rows of `entities` ({le_type: [le_id, ...]})."""
+    specs = [rules.tables[name] for name in entity_tables(rules.tables, set(entities))]
 
     def sums_of(zone: str) -> dict:
         conn = zone_conn(zone)

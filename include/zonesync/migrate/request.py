@@ -18,6 +18,14 @@ class MigrationRefused(ValueError):
     """A migration that must not start (or go on): the message says why and what to do."""
 
 
+class UnknownBizEntity(MigrationRefused):
+    """The biz entity is not registered (the HTTP API's 404)."""
+
+
+class AlreadyMigrating(MigrationRefused):
+    """Another migration of the biz entity runs (the HTTP API's 409)."""
+
+
 @dataclass(frozen=True)
 class MigrationRequest:
     be_type: str

@@ -51,7 +51,7 @@ from zonesync.meta.guards import AckTimeout, UnhealthyGuards, require_healthy, w
 from zonesync.meta.store import MetaStore
 from zonesync.migrate import final_check as le_sums
 from zonesync.migrate import verify as verify_check
-from zonesync.migrate.request import MigrationRefused, MigrationRequest
+from zonesync.migrate.request import AlreadyMigrating, MigrationRefused, MigrationRequest, UnknownBizEntity
 from zonesync.migrate.store import FAILED, ROLLED_BACK, RUNNING, SUCCEEDED, Migration, MigrationStore
 
 
@@ -120,16 +120,22 @@ def _acks(ctx: MigrationContext, version: int, step: str, every_instance: bool) 
 
 def movable(meta: MetaConfig, req: MigrationRequest):
     """(biz entity, its LEs) when the request is valid and the registry lets them move;
-    else MigrationRefused naming the field. Meta only: what the HTTP API and the CLI check
-    before they trigger a run; preflight checks the guards and the target's appliers too."""
+    else MigrationRefused naming the field (UnknownBizEntity, AlreadyMigrating: the API's
+    404 and 409). Meta only: what the HTTP API and the CLI check before they trigger a run;
+    preflight checks the guards and the target's appliers too, and MigrationStore.create
+    checks "one run at a time" again under its lock."""
     req.check(MetaStore(meta).zones())
     found = EntityRegistry(meta).biz(req.be_type, req.be_id)
     if found is None:
-        raise MigrationRefused(f"tenant: {req.be_type} {req.be_id} is not a registered biz entity: register it "
+        raise UnknownBizEntity(f"tenant: {req.be_type} {req.be_id} is not a registered biz entity: register it "
                                "(`zonesync entity register`) before migrating it")  # fmt: skip
     biz, les = found
     if not les:
         raise MigrationRefused(f"tenant: {req.be_type} {req.be_id} has no locating entity: nothing to migrate")
+    running = MigrationStore(meta).running(req.be_type, req.be_id)
+    if running:
+        raise AlreadyMigrating(f"tenant: {req.be_type} {req.be_id} is being migrated already ({running[0].run_id}); "
+                               "wait for it or roll it back")  # fmt: skip
     if biz.zone == req.target_zone:
         raise MigrationRefused(f"to: {req.be_type} {req.be_id} is in zone {biz.zone} already")
     apart = [f"{le.le_type} {le.le_id} ({le.zone}{', stopped' if le.stop_write else ''})" for le in les
@@ -247,7 +253,7 @@ def final_check(ctx: MigrationContext) -> dict:
     found = meta.rules_at()
     if found is None:
         raise MigrationError("final_check: no rules version: publish rules first")
-    counts, differ = le_sums.compare(found[1], run.les, (run.source_zone, run.target_zone),
+    counts, differ = le_sums.compare(found[1], run.entities, (run.source_zone, run.target_zone),
                                          sorted(meta.zones().values()), ctx.zone_conn)  # fmt: skip
     if differ:
         raise MigrationError(f"final_check: the LEs' rows differ: {'; '.join(differ)[:2000]} (`zonesync check "

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, fields
 
 from zonesync.meta.db import MetaConfig, MetaError
-from zonesync.migrate.request import MigrationRefused, MigrationRequest
+from zonesync.migrate.request import AlreadyMigrating, MigrationRefused, MigrationRequest
 
 RUNNING, SUCCEEDED, FAILED, ROLLED_BACK = "running", "succeeded", "failed", "rolled_back"
 ONCE = ("stop_version", "position_json", "flip_version", "lift_version")
@@ -50,6 +50,14 @@ class Migration:
     @property
     def les(self) -> list[tuple[str, str]]:
         return [(t, i) for t, i in json.loads(self.les_json)]
+
+    @property
+    def entities(self) -> dict[str, list[str]]:
+        """The LEs grouped by type: {le_type: [le_id, ...]} (what an entity predicate takes)."""
+        grouped: dict[str, list[str]] = {}
+        for le_type, le_id in self.les:
+            grouped.setdefault(le_type, []).append(le_id)
+        return grouped
 
     @property
     def position(self) -> tuple[str, int] | None:
@@ -105,6 +113,12 @@ class MigrationStore:
                                 (*args, int(limit)))  # fmt: skip
         return [Migration(*row) for row in rows]
 
+    def running(self, be_type: str, be_id: str) -> list[Migration]:
+        """The biz entity's runs still running (at most one, by create's lock)."""
+        rows, _ = self.meta.run(f"SELECT {COLUMNS} FROM migrations WHERE be_type = %s AND be_id = %s AND status = %s "
+                                "ORDER BY id", (be_type, be_id, RUNNING))  # fmt: skip
+        return [Migration(*row) for row in rows]
+
     def create(self, run_id: str, req: MigrationRequest, source_zone: str, les: list, actor: str) -> Migration:
         """The run's row; refused while another migration of the same biz entity runs.
         Creators take turns (a named lock) and read the running ones with a locking read,
@@ -120,7 +134,7 @@ class MigrationStore:
             )
             other = cur.fetchone()
             if other:
-                raise MigrationRefused(f"tenant: {req.be_type} {req.be_id} is being migrated already ({other[0]}); "
+                raise AlreadyMigrating(f"tenant: {req.be_type} {req.be_id} is being migrated already ({other[0]}); "
                                        "wait for it or roll it back")  # fmt: skip
             cur.execute(
                 "INSERT IGNORE INTO migrations (run_id, be_type, be_id, source_zone, target_zone, mode, les_json, "

@@ -33,13 +33,10 @@ def check_run_id(migration_run_id: str) -> str:
 
 
 def check_context(meta: MetaConfig, run: Migration, zone_conn: Callable) -> check_steps.CheckContext:
-    entities: dict[str, list[str]] = {}
-    for le_type, le_id in run.les:
-        entities.setdefault(le_type, []).append(le_id)
     request = CheckRequest(
         zones=(run.source_zone, run.target_zone),
         reason=f"verify of migration {run.run_id}: {run.be_type} {run.be_id} {run.source_zone} -> {run.target_zone}",
-        entities=tuple((t, tuple(ids)) for t, ids in sorted(entities.items())),
+        entities=tuple((t, tuple(ids)) for t, ids in sorted(run.entities.items())),
     )
     return check_steps.CheckContext(meta, check_run_id(run.run_id), request, zone_conn, actor="le_migration")
 

@@ -348,4 +348,9 @@ def test_the_cli_refuses_a_bad_migration_in_one_line_and_shows_the_runs(guard_en
     assert out.startswith("migration cli-7 (running, preflight): tenant 7 a -> b (plan1)")
     assert "locating entities: chat 70, tenant 7" in out
     assert cli.main(["migrate", "status", "nope"]) == 2
+    capsys.readouterr()
+    # a second migration of tenant 7 while cli-7 runs: refused by the CLI, nothing triggered
+    assert cli.main(["migrate", "--tenant", "7", "--to", "c", "--reason", "r"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zonesync migrate: --tenant: tenant 7 is being migrated already (cli-7)"), err
     steps.rollback(_ctx(zones, meta, "cli-7"), "test")
