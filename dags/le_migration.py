@@ -3,8 +3,14 @@
 The steps live in zonesync.migrate.steps (docs/migration.md tells the protocol); this
 file only wires them:
 
-    preflight >> verify_start >> verify_check (Spark) >> verify >> cutover >> report
-    [preflight, verify_start, verify_check, verify, cutover] >> rollback  (one_failed)
+    preflight >> admit >> stock (Spark) >> verify_start >> verify_check (Spark) >> verify
+        >> cutover >> release >> report
+    [preflight, admit, stock, verify_start, verify_check, verify, cutover] >> rollback  (one_failed)
+
+Resident tables (rows only in the tenant's unit): admit makes the target apply the
+tenant's resident rows from the source's stream, stock copies them (the full copy's Spark
+job, by the tenant's entity predicate; skipped when nothing resident moves), release
+purges the source's copy after the lift (unless keep_source_copy).
 
 verify compares the tenant's rows row by row while it is still written (the check's Spark
 job, lag-aware); a difference ends the run before anything is stopped. cutover is the
@@ -28,7 +34,7 @@ from datetime import timedelta
 from airflow.sdk import DAG, Param, TriggerRule
 
 from zonesync_airflow.operators.migration import ZoneMigrationCutoverOperator, ZoneMigrationStepOperator
-from zonesync_airflow.operators.spark import restricted_check
+from zonesync_airflow.operators.spark import restricted_check, stock_copy
 
 with DAG(
     dag_id="le_migration",
@@ -73,10 +79,21 @@ with DAG(
             maximum=86400,
             description="How long the target may take to apply the source up to P before the migration rolls back.",
         ),  # fmt: skip
+        "keep_source_copy": Param(
+            False,
+            type="boolean",
+            description="Keep the source's copy of the tenant's resident rows after the move (default: purged).",
+        ),
     },
 ) as dag:
     preflight = ZoneMigrationStepOperator(task_id="preflight", step="preflight")
-    verify_start = ZoneMigrationStepOperator(task_id="verify_start", step="verify_start")
+    admit = ZoneMigrationStepOperator(task_id="admit", step="admit")
+    stock = stock_copy("stock", "zonesync-migration-stock")
+    verify_start = ZoneMigrationStepOperator(
+        task_id="verify_start",
+        step="verify_start",
+        trigger_rule=TriggerRule.NONE_FAILED,  # stock skipped: none
+    )
     verify_check = restricted_check("verify_check", "zonesync-migration-verify")
     verify = ZoneMigrationStepOperator(task_id="verify", step="verify")
     cutover = ZoneMigrationCutoverOperator(
@@ -98,7 +115,8 @@ with DAG(
         weight_rule="absolute",
     )
 
+    release = ZoneMigrationStepOperator(task_id="release", step="release")
     report = ZoneMigrationStepOperator(task_id="report", step="report")
 
-    preflight >> verify_start >> verify_check >> verify >> cutover >> report
-    [preflight, verify_start, verify_check, verify, cutover] >> rollback
+    preflight >> admit >> stock >> verify_start >> verify_check >> verify >> cutover >> release >> report
+    [preflight, admit, stock, verify_start, verify_check, verify, cutover] >> rollback

@@ -48,8 +48,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stop-after", type=int, default=0, help="(tests) stop after this many chunks")
     parser.add_argument("--meta", help="the meta store, mysql://user@host:port/db (password: ZONESYNC_META_PASSWORD)")
     parser.add_argument("--max-lag-s", type=float, default=0.0, help="wait while another zone lags more (0: never)")
+    parser.add_argument(
+        "--where-json",
+        default="",
+        help="(a migration's stock copy) {table: SQL predicate}: only those rows are copied; no orphan search",
+    )
     add_zone_args(parser)
     args = parser.parse_args(argv)
+    try:
+        args.where = json.loads(args.where_json) if args.where_json else {}
+    except ValueError:
+        parser.error("--where-json is not JSON: give {table: SQL predicate}")
+    if not isinstance(args.where, dict) or not all(isinstance(v, str) and v for v in args.where.values()):
+        parser.error("--where-json: give an object {table: SQL predicate}")
     args.table = [t for value in args.table for t in value.split(",") if t]  # --table a,b too
     for t in args.table:
         if not is_ident(t):
@@ -66,7 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: str, table: str,
-              columns: list[str], key: list[str], wave: list[dict], gate: str | None = None) -> None:  # fmt: skip
+              columns: list[str], key: list[str], wave: list[dict], gate: str | None = None,
+              where: str | None = None) -> None:  # fmt: skip
     """Copy a wave's chunks, Spark partition i copying chunk i from the source straight
     into the target (ChunkCopier: read, then landed by zonesync.copy.merge's statements)."""
     from zonesync.copy import merge
@@ -92,7 +104,7 @@ def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: s
         # copied rows never reach the target's replicator (S001-13)
         endpoint(*dst, "time_zone='+00:00',skip_replication=1"),
         run_id, table, chunks,
-        strings([merge.select_statement(src_db, table, columns, key, c["lo"], c["hi"]) for c in wave]),
+        strings([merge.select_statement(src_db, table, columns, key, c["lo"], c["hi"], where) for c in wave]),
         strings([merge.range_statement(dst_db, table, key, c["lo"], c["hi"]) for c in wave]),
         strings([merge.cleanup_statement(dst_db, table, key, c["lo"], c["hi"]) for c in wave]),
         key_at, merge.insert_statement(dst_db, table, columns), merge.upsert_statement(dst_db, table, columns),
@@ -147,6 +159,7 @@ class TableCopy:
         (self.src_url, self.src_props), (self.dst_url, self.dst_props) = zones[args.source], zones[args.target]
         self.src_db, self.dst_db = self.src_url.rsplit("/", 1)[1], self.dst_url.rsplit("/", 1)[1]
         self.rows = self.done = 0
+        self.where = (getattr(args, "where", None) or {}).get(table)  # a stock copy's entity predicate
 
     def run(self) -> dict:
         from zonesync.copy import chunks as chunk_plan
@@ -171,7 +184,7 @@ class TableCopy:
             plan = planner.chunks
             complete = self.done == len(plan) and chunk_plan.complete(plan)
             orphans = None
-            if complete and not _target_was_empty(dst, args.run_id, table):
+            if complete and self.where is None and not _target_was_empty(dst, args.run_id, table):
                 orphans = stage_orphans(self.spark, self.zones, args, table, self.key, self.stage)
             return {"chunks": len(plan), "done": self.done, "rows": self.rows, "seconds": seconds,
                     "orphans": orphans}  # fmt: skip
@@ -203,10 +216,10 @@ class TableCopy:
             args = (self.spark, source, target, self.args.run_id, self.src_db, self.dst_db, self.table, self.columns,
                     self.key, wave)  # fmt: skip
             if self.staged is None:
-                copy_wave(*args)
+                copy_wave(*args, where=self.where)
             else:  # (tests) the wave read, every earlier one landed, this one not yet
                 with Gate(self.dst_url, self.dst_props, self.args.run_id) as gate:
-                    gate.run(functools.partial(copy_wave, *args, gate=gate.sql),
+                    gate.run(functools.partial(copy_wave, *args, gate=gate.sql, where=self.where),
                              functools.partial(self.staged, self.table, wave))  # fmt: skip
             self.done += len(wave)
             left = None if left is None else left - len(wave)

@@ -36,7 +36,9 @@ class CheckRequest:
     entities: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def resolved(self, zones, replicated_tables) -> CheckRequest:
-        """This request checked against the mesh, with its zones and tables spelled out."""
+        """This request checked against the mesh, with its zones and tables spelled out
+        (`replicated_tables`: the rules' tables, name -> TableSpec; the resident ones are
+        left out unless the request is restricted to entities)."""
         check_shape(self)
         known = sorted(zones)
         unknown = [z for z in self.zones if z not in zones]
@@ -45,9 +47,19 @@ class CheckRequest:
         picked = tuple(self.zones) or tuple(known)
         if len(picked) < 2:
             raise CheckRefused(f"zones: a check compares at least two zones; got {', '.join(picked) or 'none'}")
-        replicated = sorted(replicated_tables)
-        if not replicated:
+        if not replicated_tables:
             raise CheckRefused("tables: the rule set declares no table; publish rules with a tables: section first")
+        # a resident table's rows live in their entity's unit only, so zones differ by design:
+        # compared only where one entity's rows are (a migration's verify, `entities`)
+        resident = sorted(t for t, s in replicated_tables.items() if getattr(s, "resident", False))
+        asked_resident = [t for t in self.tables if t in resident]
+        if asked_resident and not self.entities:
+            raise CheckRefused(f"tables: {', '.join(asked_resident)} resident (rows live only in their entity's "
+                               "unit, so zones differ by design): leave it out; a migration's verify compares "
+                               "its entity's rows")  # fmt: skip
+        replicated = sorted(t for t in replicated_tables if self.entities or t not in resident)
+        if not replicated:
+            raise CheckRefused("tables: every table of the rule set is resident: nothing is replicated to compare")
         odd = [t for t in self.tables if t not in replicated]
         if odd:
             raise CheckRefused(

@@ -68,10 +68,13 @@ def key_positions(columns: list[str], key_cols: list[str]) -> list[int]:
     return [cols.index(k) for k in key_cols]
 
 
-def select_statement(app_db: str, table: str, columns: list[str], key_cols: list[str], lo, hi) -> str:
-    """The source's rows of one chunk, columns in landing_columns order (pure)."""
+def select_statement(app_db: str, table: str, columns: list[str], key_cols: list[str], lo, hi,
+                     where: str | None = None) -> str:  # fmt: skip
+    """The source's rows of one chunk, columns in landing_columns order, only those `where`
+    selects when given (a migration's stock copy: its entities' rows) (pure)."""
     cols = ", ".join(q(c) for c in landing_columns(columns))
-    return f"SELECT {cols} FROM {q(app_db)}.{q(table)} WHERE {predicate(key_cols, lo, hi)}"
+    extra = f" AND {where}" if where else ""
+    return f"SELECT {cols} FROM {q(app_db)}.{q(table)} WHERE {predicate(key_cols, lo, hi)}{extra}"
 
 
 def range_statement(app_db: str, table: str, key_cols: list[str], lo, hi) -> str:

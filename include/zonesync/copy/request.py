@@ -34,9 +34,15 @@ class CopyRequest:
         for field, zone in (("from", self.source_zone), ("to", self.target_zone)):
             if zone not in zones:
                 raise CopyRefused(f"{field}: unknown zone {zone!r}; the zones are {', '.join(known)}")
-        replicated = sorted(replicated_tables)
-        if not replicated:
+        if not replicated_tables:
             raise CopyRefused("tables: the rule set declares no table; publish rules with a tables: section first")
+        resident = [t for t in self.tables if getattr(replicated_tables.get(t), "resident", False)]
+        if resident:
+            raise CopyRefused(f"tables: {', '.join(resident)} resident (rows live only in their entity's unit): "
+                              "a migration moves them with their entity; leave it out")  # fmt: skip
+        replicated = sorted(t for t, s in replicated_tables.items() if not getattr(s, "resident", False))
+        if not replicated:
+            raise CopyRefused("tables: every table of the rule set is resident: nothing is replicated to copy")
         unknown = [t for t in self.tables if t not in replicated]
         if unknown:
             raise CopyRefused(

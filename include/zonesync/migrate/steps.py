@@ -33,12 +33,15 @@ rollback       before flip, when a step failed for good: the LEs writable again 
 stop_write to lift is the stop-write window: the DAG runs it as one task (`cutover`), each
 step still recorded and idempotent, so no task start falls inside it.
 
-Not built yet (issue 22): resident tables (stock copy, incremental stream, the Last LE
-Data marker).
+Resident tables (rows only in the LEs' unit; resident.py) add three steps: admit (the
+target applies the LEs' resident rows from the source's stream from then on) and the stock
+copy (Spark) before verify, and release (the source's copy purged) after the lift; the
+rollback withdraws the admit and purges the target's partial copy.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +53,7 @@ from zonesync.meta.entities import EntityRegistry
 from zonesync.meta.guards import AckTimeout, UnhealthyGuards, require_healthy, wait_acks
 from zonesync.meta.store import MetaStore
 from zonesync.migrate import final_check as le_sums
+from zonesync.migrate import resident
 from zonesync.migrate import verify as verify_check
 from zonesync.migrate.request import AlreadyMigrating, MigrationRefused, MigrationRequest, UnknownBizEntity
 from zonesync.migrate.store import FAILED, ROLLED_BACK, RUNNING, SUCCEEDED, Migration, MigrationStore
@@ -174,6 +178,49 @@ def _halted(conn, source_zone: str) -> list[int]:
     return found
 
 
+def stock_run_id(run_id: str) -> str:
+    """The stock copy's run id (its chunks' state, in the target's zonesync.copy_chunks)."""
+    return f"{run_id}.stock"
+
+
+def _resident_tables(ctx: MigrationContext, run: Migration) -> dict[str, str]:
+    found = MetaStore(ctx.meta).rules_at()
+    if found is None:
+        raise MigrationError("no rules version: publish rules first")
+    return resident.tables(found[1], run.entities)
+
+
+def admit(ctx: MigrationContext) -> dict:
+    """Resident tables (resident.py): the target's stale copies of the LEs' rows purged and
+    the LEs admitted there, once (the target's resident_admits is the record); what the
+    stock copy's Spark job needs ({tables: '' when nothing resident moves})."""
+    run = _running(ctx)
+    if run.phase not in ("preflight", "checked"):
+        raise MigrationError(f"admit: writes are stopped already (phase {run.phase}): the stock copy runs before")
+    predicates = _resident_tables(ctx, run)
+    stock = {"run_id": stock_run_id(run.run_id), "source": run.source_zone, "target": run.target_zone,
+             "zones": f"{run.source_zone},{run.target_zone}", "tables": ",".join(predicates),
+             "where": json.dumps(predicates)}  # fmt: skip
+    if predicates and not _with(ctx, run.target_zone, lambda conn: resident.admitted(conn, run.run_id)):
+        _with(ctx, run.target_zone, lambda conn: resident.purge(conn, predicates))  # left by a crashed rollback
+        _with(ctx, run.target_zone, lambda conn: resident.admit(conn, run.run_id, run.source_zone, run.les))
+    return stock
+
+
+def release(ctx: MigrationContext, purge_source: bool = True) -> dict:
+    """After the lift: the target's admits withdrawn (the LEs are its own now) and, unless
+    kept by policy, the source's copy of their resident rows purged. {table: rows purged}."""
+    run = ctx.store.require(ctx.run_id)
+    if run.status != SUCCEEDED:
+        raise MigrationError(f"release: migration {ctx.run_id} is {run.status} ({run.phase}): only a lifted "
+                             "migration releases its source")  # fmt: skip
+    predicates = _resident_tables(ctx, run)
+    _with(ctx, run.target_zone, lambda conn: resident.withdraw(conn, run.run_id))
+    if not predicates or not purge_source:
+        return {}
+    return _with(ctx, run.source_zone, lambda conn: resident.purge(conn, predicates))
+
+
 def stop_write(ctx: MigrationContext) -> Migration:
     """The LEs stopped in the source; every registered guard's ack; the moment stamped."""
     run = _running(ctx)
@@ -294,6 +341,15 @@ def lift(ctx: MigrationContext) -> Migration:
     return ctx.store.require(ctx.run_id)
 
 
+def _undo_admit(ctx: MigrationContext, run: Migration) -> None:
+    """Before the flip: the target no longer admits the LEs, and its partial copy of their
+    resident rows is purged (withdrawn first: no applier adds a row after the purge)."""
+    predicates = _resident_tables(ctx, run)
+    if predicates:  # (both idempotent: a rollback retried after a crash does them again)
+        _with(ctx, run.target_zone, lambda conn: resident.withdraw(conn, run.run_id))
+        _with(ctx, run.target_zone, lambda conn: resident.purge(conn, predicates))
+
+
 def rollback(ctx: MigrationContext, why: str | None = None) -> str:
     """Before flip: the LEs writable again in the source, the run rolled back with `why`
     (default: the failure a step noted, MigrationStore.note_failure)."""
@@ -306,6 +362,7 @@ def rollback(ctx: MigrationContext, why: str | None = None) -> str:
     if not store.claim_phase(ctx.run_id, "rolling_back"):
         return "not rolled back: flip has started (past the point of no return); run flip and lift again"
     why = why or run.detail or "a step failed (see the run's task logs)"
+    _undo_admit(ctx, run)
     # stop_write publishes and records its version in one commit that checks the phase, so
     # after the claim the row tells whether writes were stopped, and no stop follows
     run = store.require(ctx.run_id)

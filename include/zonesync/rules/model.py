@@ -63,6 +63,9 @@ class TableSpec:
     mapping: dict[str, int] | None = None
     ranges: tuple[tuple[int, int, int], ...] = ()
     entity: EntitySpec | None = None
+    # rows live only in their entity's unit (docs/migration.md, "Resident tables"): the
+    # mesh does not replicate them; a migration moves them with their entity
+    resident: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class RuleSet:
                 spec["ranges"] = [{"lo": lo, "hi": hi, "zsid": z} for lo, hi, z in t.ranges]
             if t.entity:
                 spec["entity"] = {"type": t.entity.type, "column": t.entity.column}
+            if t.resident:
+                spec["resident"] = True
             tables[name] = spec
         return {
             "zsid_space": {"min": self.zsid_min, "max": self.zsid_max},
@@ -99,6 +104,14 @@ class RuleSet:
 
     def zones(self) -> set[str]:
         return {r.zone for r in self.rules}
+
+    def resident_tables(self) -> dict[str, TableSpec]:
+        """The tables whose rows live only in their entity's unit, by name."""
+        return {name: t for name, t in self.tables.items() if t.resident}
+
+    def replicated_tables(self) -> dict[str, TableSpec]:
+        """The tables the mesh replicates to every zone (all but the resident ones), by name."""
+        return {name: t for name, t in self.tables.items() if not t.resident}
 
 
 @lru_cache(maxsize=1)
@@ -174,6 +187,7 @@ def parse(doc: object, source: str = "rule set") -> RuleSet:
             mapping=dict(mapping) if mapping is not None else None,
             ranges=ranges,
             entity=EntitySpec(entity["type"], entity["column"]) if entity else None,
+            resident=bool(raw.get("resident", False)),
         )
     if problems:
         raise RuleSetError(source, problems)

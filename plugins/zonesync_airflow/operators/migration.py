@@ -4,7 +4,8 @@ Each resolves the meta store and the zone connections when it runs and builds th
 context from the run's params (the tenant, the target zone, the mode, the reason).
 
 `ZoneMigrationStepOperator` runs one step outside the stop-write window: preflight,
-verify_start, verify (the check's Spark job runs between them), rollback, and report (the
+admit (the stock copy's Spark job follows), verify_start, verify (the check's Spark job
+runs between them), release (after the cutover), rollback, and report (the
 run's row, as `GET /zonesync/api/v1/migrations/{run_id}` shows it; the DAG's last task,
 so a run whose cutover did not succeed ends failed). A failure a
 retry cannot change (a refused request, a difference) fails the task at once, its reason
@@ -40,7 +41,7 @@ from zonesync_airflow.operators.actor import run_actor
 from zonesync_airflow.operators.switch import ZoneConnections
 from zonesync_airflow.triggers.migration import MigrationSyncedTrigger
 
-STEPS = ("preflight", "verify_start", "verify", "rollback", "report")
+STEPS = ("preflight", "admit", "verify_start", "verify", "release", "rollback", "report")
 INLINE_POLL_S = 0.02  # the worker's poll while it waits for sync inside the window
 PAST_FLIP = ("flipping", "lifted")
 
@@ -84,6 +85,14 @@ class ZoneMigrationStepOperator(BaseOperator):
             self.log.info("migration %s: %s %s %s -> %s, %d locating entities", run.run_id, run.be_type, run.be_id,
                           run.source_zone, run.target_zone, len(run.les))  # fmt: skip
             return run.id
+        if self.step == "admit":
+            stock = steps.admit(ctx)
+            self.log.info("admit: resident tables moving: %s", stock["tables"] or "none")
+            return stock
+        if self.step == "release":
+            purged = steps.release(ctx, purge_source=not context["params"].get("keep_source_copy", False))
+            self.log.info("release: the source's copy purged: %s", purged or "nothing resident")
+            return purged
         if self.step == "verify_start":
             return steps.verify_start(ctx)
         if self.step == "verify":

@@ -22,6 +22,7 @@ from zonesync import jvm
 from zonesync_airflow.hooks.zone import ZoneHook
 
 CHECK_JOB = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "consistency_check.py")
+COPY_JOB = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "full_copy.py")
 
 
 def password_env_var(zone: str) -> str:
@@ -59,18 +60,33 @@ class ZoneSparkSubmitOperator(SparkSubmitOperator):
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "zones")
 
     def __init__(
-        self, *, zones: Sequence[str] | str, conn_id: str = "spark_local", meta_conn_id: str | None = None, **kwargs
+        self,
+        *,
+        zones: Sequence[str] | str,
+        conn_id: str = "spark_local",
+        meta_conn_id: str | None = None,
+        skip_without: str | None = None,
+        **kwargs,
     ) -> None:
         """`meta_conn_id`: also pass the meta store (`--meta URL`, its password in the
-        environment), for jobs that read it."""
+        environment), for jobs that read it. `skip_without`: a flag of application_args
+        whose rendered value, when empty, skips the task (nothing to do: no Spark started)."""
         kwargs.setdefault("jars", jvm.jars_option())
         kwargs.setdefault("driver_class_path", jvm.class_path())
         kwargs["conf"] = {**jvm.driver_conf(), **(kwargs.get("conf") or {})}  # the driver's class-data archive
         super().__init__(conn_id=conn_id, **kwargs)
         self.zones = zones
         self.meta_conn_id = meta_conn_id
+        self.skip_without = skip_without
 
     def execute(self, context):
+        if self.skip_without:
+            args = list(self.application_args or [])
+            at = args.index(self.skip_without) if self.skip_without in args else -1
+            if at < 0 or at + 1 >= len(args) or not str(args[at + 1]).strip():
+                from airflow.sdk.exceptions import AirflowSkipException
+
+                raise AirflowSkipException(f"{self.skip_without} is empty: nothing to do")
         zones = self.zones.split(",") if isinstance(self.zones, str) else list(self.zones)
         if not zones:
             raise ValueError("zones is empty: name at least one zone whose connection zonesync_zone_<name> exists")
@@ -131,5 +147,35 @@ def restricted_check(task_id: str, name: str, started_task: str = "verify_start"
         name=name,
         driver_memory="512m",
         conf=jvm.driver_conf(dispatch_only=True),
+        **kwargs,
+    )
+
+
+def stock_copy(task_id: str, name: str, started_task: str = "admit", **kwargs):
+    """A migration's stock copy: the full copy's Spark job over the tables and entity
+    predicates `started_task` returned (its XCom: run_id, source, target, zones, tables,
+    where); skipped when no resident table moves."""
+    started = f"ti.xcom_pull(task_ids='{started_task}')"
+    return ZoneSparkSubmitOperator(
+        task_id=task_id,
+        application=COPY_JOB,
+        zones=f"{{{{ {started}['zones'] }}}}",
+        application_args=[
+            "--run-id",
+            f"{{{{ {started}['run_id'] }}}}",
+            "--source",
+            f"{{{{ {started}['source'] }}}}",
+            "--target",
+            f"{{{{ {started}['target'] }}}}",
+            "--where-json",
+            f"{{{{ {started}['where'] }}}}",
+            "--parallel",
+            "4",
+            "--table",
+            f"{{{{ {started}['tables'] }}}}",
+        ],  # fmt: skip
+        skip_without="--table",
+        name=name,
+        driver_memory="512m",
         **kwargs,
     )

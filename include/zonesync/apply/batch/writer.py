@@ -13,7 +13,8 @@ source's replicator never publishes what we write: no loops):
 4. write (write_plan.py): deletes, multi-row upserts of rows the target has and
    INSERTs of rows it lacks, carrying the event's _zs_origin and _zs_version,
    tombstones (tombstones.py), new locks and events held by old locks
-   (bookkeeping/row_locks.py). A table in copy mode (`copying`: the zone's
+   (bookkeeping/row_locks.py). A resident table's rows are left out first unless
+   their entity is admitted in this zone (resident.py). A table in copy mode (`copying`: the zone's
    zonesync.copy_tables as the applier last read it; decide.py, "Copy mode") is
    always read first, decided by version alone, and written with version-guarded
    statements (write_plan.py);
@@ -55,6 +56,7 @@ from zonesync.apply.batch import load_data, new_rows, target_rows
 from zonesync.apply.batch.batch_result import BatchResult
 from zonesync.apply.batch.literals import literal_function
 from zonesync.apply.batch.merge import NetChange, merge
+from zonesync.apply.batch.resident import ResidentGate
 from zonesync.apply.batch.statements import send
 from zonesync.apply.batch.unique_keys import apply_serial
 from zonesync.apply.batch.write_plan import plan_writes
@@ -90,6 +92,9 @@ class ZoneWriter:
         # tables in copy mode (zonesync.copy_tables, decide.py "Copy mode"): the applier's, read
         # once a second and replaced whole when it changes
         self.copying: frozenset[str] = frozenset()
+        # resident tables (resident.py): their rows applied only for the entities admitted
+        # here; the applier sets `resident.tables` from the rules (and puts them in `copying`)
+        self.resident = ResidentGate()
         self._other_unique: dict[str, bool] = {}  # table -> a unique key besides the primary key
 
     def connect(self):
@@ -186,9 +191,14 @@ class ZoneWriter:
         for attempt in range(7):
             conn = self.connect()
             try:
+                # first in the transaction: the admits' shared lock (resident.py)
+                kept, left_out = self.resident.kept(conn, changes)
                 if serial:
-                    return apply_serial(self, conn, changes, positions)
-                return self._apply(conn, changes, positions, read_first)  # commits (its last statement)
+                    result = apply_serial(self, conn, kept, positions)
+                else:
+                    result = self._apply(conn, kept, positions, read_first)  # commits (its last statement)
+                result.skipped += left_out
+                return result
             except NotAllNew:
                 self.rollback(conn)
                 read_first = True

@@ -58,6 +58,9 @@ Protocol:
    handed to every writer (`copying`): their changes are decided by version alone
    and written version-guarded (decide.py, "Copy mode"). A change of the list
    takes effect within about a second, without a restart.
+7. Resident tables (the newest rules' `resident: true`; apply/batch/resident.py): their
+   rows are applied only for the entities admitted in this zone (a migration moving
+   them here), by version alone as in copy mode; everything else of theirs is skipped.
 
 Any error (zone down, broker gone) drops the consumer and the connections and
 starts again from step 1: what was committed is exactly what apply_state says.
@@ -73,6 +76,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from zonesync.apply.batch.resident import resident_tables
 from zonesync.apply.batch.writer import ZoneWriter
 from zonesync.apply.errors import PartitionsStopped, TableMissing
 from zonesync.apply.loop.atomic_rounds import spans_workers, whole_transactions
@@ -137,7 +141,9 @@ class Applier:
         self._local = threading.local()
         self._writers: list[ZoneWriter] = []
         self._writers_lock = threading.Lock()  # writers made on the lanes' threads, `copying` replaced
-        self.copying: frozenset[str] = frozenset()  # tables in copy mode in this zone (step 6)
+        self.copying: frozenset[str] = frozenset()  # decided by version alone: copy_tables + resident
+        self.copy_tables: frozenset[str] = frozenset()  # tables in copy mode in this zone (step 6)
+        self.resident: dict[str, tuple[str, str]] = {}  # the newest rules' resident tables (step 7)
         self.meta_outage = MetaOutage(f"applier {zone}", log)
         self._unsent_alerts: list[tuple[str, dict]] = []
         self._topics_confirmed = False  # meta confirmed the partition counts once
@@ -197,7 +203,7 @@ class Applier:
             w.idle_transaction_s = self.settings.idle_transaction_s
             self._local.writer = w
             with self._writers_lock:
-                w.copying = self.copying
+                w.copying, w.resident.tables = self.copying, self.resident
                 self._writers.append(w)
         return w
 
@@ -212,13 +218,37 @@ class Applier:
         """Step 6: the zone's tables in copy mode, handed to every writer when they changed
         (a whole new set: a batch never sees it half-way)."""
         tables = self._writer().copy_tables()
-        if tables == self.copying:
+        if tables == self.copy_tables:
             return
         log.info("applier %s: tables in copy mode: %s", self.zone, sorted(tables) or "none")
+        self.copy_tables = tables
+        self._hand_tables()
+
+    def _read_resident(self) -> None:
+        """Step 7: the newest rules' resident tables, handed to every writer when they
+        changed (resident.py: their rows applied only for the entities admitted here, by
+        version alone). Meta unreachable: the last ones read stay in force."""
+        if self.owners is not None:
+            rules = self.owners.newest()
+        else:
+            found = self.meta_outage.call(MetaStore(self.meta).rules_at, default=None)
+            rules = found[1] if found else None
+        if rules is None:
+            return
+        tables = resident_tables(rules)
+        if tables == self.resident:
+            return
+        log.info("applier %s: resident tables: %s", self.zone, sorted(tables) or "none")
+        self.resident = tables
+        self._hand_tables()
+
+    def _hand_tables(self) -> None:
+        """Every writer's `copying` and resident tables replaced whole (a batch never sees
+        half of a change)."""
         with self._writers_lock:
-            self.copying = tables
+            self.copying = self.copy_tables | frozenset(self.resident)
             for w in self._writers:
-                w.copying = tables
+                w.copying, w.resident.tables = self.copying, self.resident
 
     # -- the loop ------------------------------------------------------------
     def run(self, max_seconds: float | None = None) -> None:
@@ -289,6 +319,7 @@ class Applier:
         self.book.reset()
         self._read_copy_tables()
         self._read_rules()
+        self._read_resident()
         link = _Pass(self.bootstrap())
         link.consumer = self._open_consumer(link)
         # One single-threaded executor per worker: a worker applies its shares in order.
@@ -440,6 +471,7 @@ class Applier:
         self.faults.check_status()
         self._read_copy_tables()
         self._read_rules()
+        self._read_resident()
         self.lag.report(link.consumer, pending)
         self._send_alerts()
         if now - self._last_gc >= 60:

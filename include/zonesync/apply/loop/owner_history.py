@@ -90,6 +90,10 @@ class OwnerHistory:
             self.last_version = version
         self._window = (0, -1)
 
+    def newest(self) -> RuleSet | None:
+        """The newest rules version read (None before meta answered)."""
+        return self._indexes[-1].ruleset if self._indexes else None
+
     def add_units(self, units: list[tuple[int, float, str, str, str]]) -> None:
         """Entity units published after `last_unit_version`, oldest first: (version, epoch s,
         le_type, le_id, zone)."""

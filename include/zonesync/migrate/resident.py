@@ -1,0 +1,95 @@
+"""A migration's resident tables (docs/migration.md, "Resident tables"): the locating
+entities' rows that live only in their unit move with them.
+
+    admit    (target, before the stock) the target's stale copies of the LEs' resident
+             rows purged, then the LEs admitted: from the admit's commit on, the target's
+             appliers apply the LEs' resident rows from the source's stream (the
+             incremental half), and no applier transaction that skipped one is still
+             uncommitted (apply/batch/resident.py: the admits' head lock), so
+    stock    (Spark, spark_jobs/full_copy.py with each table's entity predicate) read
+             after the admit misses nothing the stream skipped; both land by version
+             (the copy's version-guarded statements, the applier's copy mode), so the
+             order they meet a row in does not matter, and a delete the stream applied
+             first keeps the copy's older row away (tombstones, S000-76).
+    ...      verify, stop-write, sync to P, final check, flip, lift: as for replicated
+             tables (steps.py); "the target applied the source up to P" is the Last LE
+             Data mark: every write of the LEs is before P (S004-20/21).
+    release  (after the lift) the admits withdrawn and the source's copy purged, as a
+             maintenance write no replicator publishes (S004-37: units keep data apart).
+    rollback (before the flip) the admits withdrawn, then the target's partial copy purged.
+
+State lives with the data it describes: an LE is admitted while the target's
+zonesync.resident_admits holds its row (run_id: the migration's), so a re-run re-reads it.
+"""
+
+from __future__ import annotations
+
+from zonesync.check.request import entity_tables
+from zonesync.check.sql import entity_predicate
+from zonesync.rules.model import RuleSet
+from zonesync.sql_names import quote
+
+PURGE_BATCH = 5000
+
+
+def tables(rules: RuleSet, entities: dict[str, list[str]]) -> dict[str, str]:
+    """{resident table: the SQL predicate of the LEs' rows} (none: nothing resident moves)."""
+    resident = rules.resident_tables()
+    return {name: entity_predicate(resident[name], entities) for name in entity_tables(resident, set(entities))}
+
+
+def admitted(conn, run_id: str) -> bool:
+    """Whether this zone admits the run's LEs now."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM zonesync.resident_admits WHERE run_id = %s", (run_id,))
+        (n,) = cur.fetchone()
+    conn.commit()
+    return n > 0
+
+
+def admit(conn, run_id: str, source_zone: str, les: list[tuple[str, str]]) -> None:
+    """The LEs admitted in this zone from `source_zone`, in one transaction that moves the
+    admits' head: it waits for every applier transaction in flight that read the head."""
+    with conn.cursor() as cur:
+        cur.execute("START TRANSACTION")  # one transaction, whatever the connection's autocommit
+        cur.execute("UPDATE zonesync.resident_admits_head SET version = version + 1 WHERE id = 1")
+        cur.executemany(
+            "INSERT INTO zonesync.resident_admits (le_type, le_id, source_zone, run_id) VALUES (%s, %s, %s, %s) "
+            "ON DUPLICATE KEY UPDATE source_zone = VALUES(source_zone), run_id = VALUES(run_id), since = NOW(6)",
+            [(t, i, source_zone, run_id) for t, i in les],
+        )
+    conn.commit()
+
+
+def withdraw(conn, run_id: str) -> int:
+    """The run's admits withdrawn, the same way (once committed, no applier transaction
+    still applying the LEs' rows is in flight); how many there were."""
+    with conn.cursor() as cur:
+        cur.execute("START TRANSACTION")
+        cur.execute("UPDATE zonesync.resident_admits_head SET version = version + 1 WHERE id = 1")
+        n = cur.execute("DELETE FROM zonesync.resident_admits WHERE run_id = %s", (run_id,))
+    conn.commit()
+    return n
+
+
+def purge(conn, predicates: dict[str, str]) -> dict[str, int]:
+    """The LEs' rows of each resident table deleted in this zone, in batches, as a
+    maintenance write: skip_replication (no replicator publishes it) and no tombstone (a
+    later migration back brings the rows at their versions, which a tombstone at the same
+    version would keep away). {table: rows deleted}."""
+    out = {}
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION skip_replication = 1")
+        try:
+            for table, where in sorted(predicates.items()):
+                out[table] = 0
+                while True:
+                    n = cur.execute(f"DELETE FROM {quote(table)} WHERE {where} LIMIT {PURGE_BATCH}")
+                    conn.commit()
+                    out[table] += n
+                    if n < PURGE_BATCH:
+                        break
+        finally:
+            cur.execute("SET SESSION skip_replication = 0")
+    conn.commit()
+    return out

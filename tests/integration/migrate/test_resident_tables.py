@@ -1,0 +1,256 @@
+"""Resident tables (docs/migration.md, "Resident tables"): rows that live only in their
+tenant's unit, kept out of the mesh, and moved with the tenant by a migration (admit,
+stock copy on Spark, the stream, the cutover, release; rollback purges the target)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.support.background import wait_until
+from tests.support.replication import ZONES, alerts
+from tests.support.resident import note_ids, notes_table
+from zonesync.apply.batch.resident import HEAD
+from zonesync.apply.tools.progress import is_applied
+from zonesync.capture.binlog import binlog_end
+from zonesync.dal import EntityWriteStopped, WrongZone
+from zonesync.meta import guards
+from zonesync.meta.entities import EntityRegistry
+from zonesync.migrate import resident, steps
+from zonesync.migrate.request import MigrationRequest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def notes(guard_env, zones, meta):
+    """`notes` resident in the rules (published before the cluster starts), tenant 7 (its
+    tenant LE) registered in a."""
+    meta.run("DELETE FROM migrations")
+    meta.run("DELETE FROM locating_entities WHERE le_type IN ('tenant', 'chat')")
+    with notes_table(zones, meta):
+        EntityRegistry(meta).register_biz("tenant", "7", "a", [("tenant", "7")], "test: tenant 7 in a")
+        yield
+    meta.run("DELETE FROM migrations")
+    meta.run("DELETE FROM locating_entities WHERE le_type IN ('tenant', 'chat')")
+
+
+def _applied_everywhere(meta, zones, source: str = "a", timeout: float = 60) -> None:
+    """Every other zone applied `source`'s stream up to its binlog's end now."""
+    with zones[source].connect() as conn:
+        position = binlog_end(conn)
+    for z in ZONES:
+        if z != source:
+            with zones[z].connect("zonesync_app") as conn:
+                wait_until(lambda conn=conn: is_applied(meta, conn, source, position), timeout, f"{z} applied {source}")
+
+
+def _note(guard, note_id: int, tenant: int, body: str = "x") -> None:
+    with guard.transaction() as tx:
+        tx.insert("notes", {"note_id": note_id, "tenant_id": tenant, "body": body})
+
+
+def _ctx(zones, meta, run_id: str, to: str = "b") -> steps.MigrationContext:
+    return steps.MigrationContext(meta, run_id, MigrationRequest("tenant", "7", to, "plan1", "test"),
+                                  lambda z: zones[z].connect("zonesync_app"), actor="test", max_txn_ms=200)  # fmt: skip
+
+
+def test_resident_rows_stay_in_their_unit_and_an_admitted_entity_s_changes_follow_the_stream(
+    notes, cluster, guard_env, zones, meta
+):
+    """Notes written in a reach no other zone; once b admits tenant 7 from a, b applies
+    tenant 7's changes (an update of a row b never had lands whole, a delete leaves a
+    tombstone) and still nothing of tenant 8's; withdrawn, b takes no more."""
+    ga = guard_env("a")
+    for n in range(1, 6):
+        _note(ga, n, 7)
+    _note(ga, 100, 8)
+    _applied_everywhere(meta, zones)
+    assert note_ids(zones["a"]) == {1, 2, 3, 4, 5, 100}
+    assert note_ids(zones["b"]) == note_ids(zones["c"]) == set()
+    with zones["b"].connect("zonesync_app") as conn:
+        resident.admit(conn, "adm-7", "a", [("tenant", "7")])
+    with ga.transaction() as tx:
+        tx.update("notes", {"note_id": 1}, {"body": "changed"})
+        tx.delete("notes", {"note_id": 2})
+        tx.insert("notes", {"note_id": 6, "tenant_id": 7, "body": "new"})
+        tx.insert("notes", {"note_id": 106, "tenant_id": 8, "body": "new"})
+    _applied_everywhere(meta, zones)
+    assert note_ids(zones["b"]) == {1, 6} and note_ids(zones["c"]) == set()
+    with zones["b"].connect("zonesync_app") as conn, conn.cursor() as cur:
+        cur.execute("SELECT body FROM notes WHERE note_id = 1")
+        assert cur.fetchone()[0] == "changed"
+        cur.execute("SELECT COUNT(*) FROM zonesync.tombstones WHERE table_name = 'notes' AND pk = '[2]'")
+        assert cur.fetchone()[0] == 1
+    with zones["b"].connect("zonesync_app") as conn:
+        assert resident.withdraw(conn, "adm-7") == 1
+    _note(ga, 7, 7)
+    _applied_everywhere(meta, zones)
+    assert note_ids(zones["b"]) == {1, 6}
+    for z in ("b", "c"):
+        assert not alerts(meta, z, "partition_halted")
+
+
+def test_an_admit_waits_for_an_applier_transaction_that_read_the_admits_before_it(zones):
+    """The gate's guarantee (apply/batch/resident.py): an applier transaction holding the
+    admits' head (as it does from its first read to its commit) makes the admit wait, so
+    once the admit commits, no transaction that skipped the entity is uncommitted."""
+    applier = zones["b"].connect("zonesync_app")
+    other = zones["b"].connect("zonesync_app")
+    try:
+        with applier.cursor() as cur:
+            cur.execute("DELETE FROM zonesync.resident_admits")
+            applier.commit()
+            cur.execute("START TRANSACTION")  # (the applier's connection does not autocommit)
+            cur.execute(HEAD)  # what ResidentGate.kept reads first in an applier's transaction
+        done = threading.Event()
+        admitting = threading.Thread(target=lambda: (resident.admit(other, "lock-7", "a", [("tenant", "7")]),
+                                                     done.set()), daemon=True)  # fmt: skip
+        admitting.start()
+
+        def admit_waits() -> bool:
+            with zones["b"].connect() as probe, probe.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+                return cur.fetchone()[0] > 0
+
+        wait_until(admit_waits, 10, "the admit waits for the applier's transaction")
+        assert not done.is_set()
+        applier.commit()  # the applier's transaction ends: the admit goes through
+        admitting.join(10)
+        assert done.is_set()
+        with applier.cursor() as cur:
+            cur.execute("SELECT le_id FROM zonesync.resident_admits WHERE run_id = 'lock-7'")
+            assert cur.fetchall() == (("7",),)
+            cur.execute("DELETE FROM zonesync.resident_admits")
+        applier.commit()
+    finally:
+        applier.close()
+        other.close()
+
+
+def _stock(ctx, zones, tmp_path, started: dict) -> dict:
+    """The DAG's stock task: the full copy's Spark job with the entity predicates, in this
+    test session's Spark."""
+    import json
+
+    from spark_jobs import full_copy
+    from tests.integration.copy.conftest import copy_args
+    from tests.support.spark import session
+
+    args = copy_args(zones, tmp_path, started["run_id"], started["source"], started["target"],
+                     tables=started["tables"].split(","), where=json.loads(started["where"]))  # fmt: skip
+    return full_copy.run(session(), args)
+
+
+def _verify(ctx, zones, tmp_path) -> dict:
+    from spark_jobs import consistency_check
+    from tests.integration.check.conftest import job_args
+    from tests.support.spark import session
+
+    started = steps.verify_start(ctx)
+    args = job_args(ctx.meta, zones, tmp_path, started["check_run_id"], tables=started["tables"].split(","),
+                    settle_timeout_s=30.0, docs=None)  # fmt: skip
+    return steps.verify(ctx, consistency_check.run(session(), args))
+
+
+class NoteWriter:
+    """A thread writing tenant 7's notes through a's guard until the stop-write refuses it:
+    inserts, and updates and deletes of the notes it wrote (the stock copy meets them)."""
+
+    def __init__(self, guard, first: int):
+        self.guard, self.next, self.live, self.refused = guard, first, [], None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                with self.guard.transaction() as tx:
+                    tx.insert("notes", {"note_id": self.next, "tenant_id": 7, "body": "live"})
+                    n = self.next
+                    if n % 3 == 1 and self.live:
+                        tx.update("notes", {"note_id": self.live[-1]}, {"body": "updated"})
+                    if n % 5 == 4 and len(self.live) > 1:
+                        tx.delete("notes", {"note_id": self.live.pop(0)})
+            except (WrongZone, EntityWriteStopped) as exc:
+                self.refused = exc
+                return
+            self.live.append(self.next)
+            self.next += 1
+            time.sleep(0.005)
+
+
+def test_a_tenant_s_resident_rows_move_with_it_while_it_writes_and_leave_the_source(
+    notes, cluster, guard_env, zones, meta, tmp_path
+):
+    """Tenant 7's 2,000 notes in a, written on through the stock copy and the verify: after
+    the cutover and the release, b holds exactly what a held at the stop (every write a
+    accepted), a and c hold none of tenant 7's notes, tenant 8's stay in a only, b writes
+    tenant 7's notes and a refuses them."""
+    ga, gb = guard_env("a"), guard_env("b")
+    guards.wait_acks(meta, EntityRegistry(meta).head(), {"a", "b", "c"}, 10)
+    with zones["a"].connect("zonesync_app") as conn, conn.cursor() as cur:
+        # loaded behind the guard, as an application's bulk load would be (version: now, as a guard's)
+        insert = "INSERT INTO notes (note_id, tenant_id, body, _zs_origin, _zs_version) VALUES (%s, %s, 's', 1, %s)"
+        now_us = time.time_ns() // 1000
+        cur.executemany(insert, [(n, 7, now_us) for n in range(10_000, 12_000)] + [(500, 8, now_us)])
+        conn.commit()
+    ctx = _ctx(zones, meta, "res-7")
+    writer = NoteWriter(ga, 20_000)
+    writer.thread.start()
+    wait_until(lambda: len(writer.live) >= 20 or writer.refused, 30, "a writes tenant 7's notes")
+    assert writer.refused is None, writer.refused
+    steps.preflight(ctx)
+    started = steps.admit(ctx)
+    assert started["tables"] == "notes" and "tenant_id" in started["where"], started
+    assert steps.admit(ctx) == started  # admitted once: a re-run changes nothing
+    result = _stock(ctx, zones, tmp_path, started)
+    assert result["notes"]["rows"] >= 2_000 and result["notes"]["orphans"] is None, result
+    report = _verify(ctx, zones, tmp_path)  # writes go on: rows in flight excused
+    assert report["differ"] == 0 and report["tables"] == 2, report  # orders and notes
+    steps.stop_write(ctx)
+    writer.thread.join(30)
+    steps.sync_position(ctx)
+    wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
+    counts = steps.final_check(ctx)
+    expected = note_ids(zones["a"], 7)
+    assert counts["notes"]["a"] == counts["notes"]["b"] == len(expected) >= 2_000, counts
+    steps.flip(ctx)
+    run = steps.lift(ctx)
+    assert run.status == "succeeded", run
+    assert note_ids(zones["b"], 7) == expected
+    purged = steps.release(ctx)
+    assert purged == {"notes": len(expected)}, purged
+    assert note_ids(zones["a"]) == {500} and note_ids(zones["b"]) == expected
+    with zones["b"].connect("zonesync_app") as conn:
+        assert not resident.admitted(conn, "res-7")
+    guards.wait_acks(meta, run.lift_version, {"a", "b"}, 10)
+    _note(gb, 30_000, 7)
+    with pytest.raises(WrongZone):
+        _note(ga, 30_001, 7)
+    _applied_everywhere(meta, zones, "b")
+    assert note_ids(zones["a"]) == {500} and note_ids(zones["c"]) == set()
+    assert note_ids(zones["b"], 7) == expected | {30_000}
+
+
+def test_a_rolled_back_migration_purges_the_target_s_partial_copy(notes, cluster, guard_env, zones, meta, tmp_path):
+    """Admitted and stocked, then rolled back before the stop: b no longer admits tenant 7
+    and holds none of its notes; a keeps them all and goes on writing them."""
+    ga = guard_env("a")
+    for n in range(1, 31):
+        _note(ga, n, 7)
+    ctx = _ctx(zones, meta, "res-back-7")
+    steps.preflight(ctx)
+    _stock(ctx, zones, tmp_path, steps.admit(ctx))
+    _note(ga, 31, 7)  # through the stream, into b
+    _applied_everywhere(meta, zones)
+    assert note_ids(zones["b"]) == set(range(1, 32))
+    assert steps.rollback(ctx, "test").startswith("nothing was pushed")
+    assert note_ids(zones["b"]) == set() and note_ids(zones["a"]) == set(range(1, 32))
+    with zones["b"].connect("zonesync_app") as conn:
+        assert not resident.admitted(conn, "res-back-7")
+    _note(ga, 32, 7)
+    _applied_everywhere(meta, zones)
+    assert note_ids(zones["b"]) == set()

@@ -1,0 +1,91 @@
+"""Resident tables, the pure parts: their declaration, what the check and the copy refuse,
+the stock copy's predicate and arguments, and which rows an applier keeps."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from spark_jobs.full_copy import parse_args
+from tests.support.resident import resident_rules
+from tests.support.rules import BASE
+from zonesync.apply.batch.resident import ResidentGate, resident_tables
+from zonesync.check.request import CheckRefused, CheckRequest
+from zonesync.copy.merge import select_statement
+from zonesync.copy.request import CopyRefused, CopyRequest
+from zonesync.events import ChangeEvent
+from zonesync.migrate import resident
+from zonesync.rules import RuleSetError, parse
+
+pytestmark = pytest.mark.unit
+
+ZONES = {"a": 1, "b": 2, "c": 3}
+
+
+def test_a_resident_table_is_declared_with_its_entity_and_round_trips():
+    rules = resident_rules()
+    assert set(rules.resident_tables()) == {"notes"} and set(rules.replicated_tables()) == {"orders", "tenants"}
+    assert parse(rules.to_doc()) == rules and rules.to_doc()["tables"]["notes"]["resident"] is True
+    doc = copy.deepcopy(BASE)
+    doc["tables"]["notes"] = {"column": "tenant_id", "function": "modulo", "buckets": 1024, "resident": True}
+    with pytest.raises(RuleSetError, match=r"tables\.notes: 'entity' is a required property"):
+        parse(doc)
+    doc["tables"]["notes"]["resident"] = "yes"
+    with pytest.raises(RuleSetError, match=r"tables\.notes\.resident: 'yes' is not of type 'boolean'"):
+        parse(doc)
+
+
+def test_the_check_leaves_resident_tables_out_unless_it_compares_one_entity_s_rows():
+    tables = resident_rules().tables
+    assert CheckRequest().resolved(ZONES, tables).tables == ("orders", "tenants")
+    with pytest.raises(CheckRefused, match=r"^tables: notes resident \(rows live only in their entity's unit"):
+        CheckRequest(tables=("notes",)).resolved(ZONES, tables)
+    verify = CheckRequest(zones=("a", "b"), entities=(("tenant", ("7",)),)).resolved(ZONES, tables)
+    assert verify.tables == ("notes", "orders")
+
+
+def test_the_full_copy_refuses_a_resident_table_and_copies_the_rest():
+    tables = resident_rules().tables
+    req = CopyRequest("a", "b", (), "rebuild", "disk loss", 1000)
+    assert req.resolved(ZONES, tables).tables == ("orders", "tenants")
+    with pytest.raises(CopyRefused, match="^tables: notes resident"):
+        CopyRequest("a", "b", ("notes",), "rebuild", "disk loss", 1000).resolved(ZONES, tables)
+
+
+def test_the_stock_copy_reads_only_the_entities_rows():
+    predicates = resident.tables(resident_rules(), {"tenant": ["7", "9"]})
+    assert predicates == {"notes": "(`tenant_id` IS NOT NULL AND `tenant_id` IN ('7', '9'))"}
+    assert resident.tables(resident_rules(), {"chat": ["70"]}) == {}
+    sql = select_statement("app", "notes", ["note_id", "tenant_id", "_zs_version"], ["note_id"], [1], [100],
+                           predicates["notes"])  # fmt: skip
+    assert sql.endswith("AND (`tenant_id` IS NOT NULL AND `tenant_id` IN ('7', '9'))"), sql
+    args = parse_args(["--run-id", "r.stock", "--source", "a", "--target", "b", "--table", "notes", "--output", "/x",
+                       "--zone", "a=jdbc:mysql://h/db", "--where-json", '{"notes": "(tenant_id = 7)"}'])  # fmt: skip
+    assert args.where == {"notes": "(tenant_id = 7)"}
+
+
+@pytest.mark.parametrize("where", ["{not json", '["a"]', '{"notes": ""}'])
+def test_bad_stock_predicates_are_refused(where, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--run-id", "r", "--source", "a", "--target", "b", "--table", "notes", "--output", "/x",
+                    "--where-json", where])  # fmt: skip
+    assert "--where-json" in capsys.readouterr().err
+
+
+def _event(table: str, new: dict | None, old: dict | None = None) -> ChangeEvent:
+    op = "insert" if old is None else ("delete" if new is None else "update")
+    return ChangeEvent(lsn=1, prev_lsn=0, source_zone="a", origin_zone=1, table=table, pk={"note_id": 1}, op=op,
+                       old=old, new=new, version=1, txn_id="t", row_index=0, row_count=1, commit_ts=0,
+                       partition=0)  # fmt: skip
+
+
+def test_an_applier_keeps_a_resident_row_only_for_an_entity_admitted_from_its_source():
+    gate = ResidentGate()
+    gate.tables = resident_tables(resident_rules())
+    assert gate.tables == {"notes": ("tenant", "tenant_id")}
+    gate._admitted = frozenset({("a", "tenant", "7")})
+    assert gate.admits("a", _event("notes", {"note_id": 1, "tenant_id": 7}))
+    assert gate.admits("a", _event("notes", None, {"note_id": 1, "tenant_id": 7}))  # a delete: its old row
+    assert not gate.admits("a", _event("notes", {"note_id": 1, "tenant_id": 8}))
+    assert not gate.admits("c", _event("notes", {"note_id": 1, "tenant_id": 7}))  # admitted from a only
