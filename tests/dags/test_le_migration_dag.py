@@ -3,7 +3,8 @@ consistency check's Spark job.
 
 The protocol's failure cases are covered step by step in
 tests/integration/migrate/test_migration_steps.py; here: the wiring. The happy path
-ends with the tenant writable in the target only; a row that differs fails verify before
+ends with the tenant writable in the target only, its resident rows (the stock copy's
+Spark job) there and gone from the source; a row that differs fails verify before
 anything is stopped, the rollback ends the run and the tenant stays writable where it
 was; a target that does not catch up fails the cutover after its deferral and rolls back;
 bad params are refused before any task runs.
@@ -19,6 +20,7 @@ import pytest
 
 from tests.support.background import wait_until
 from tests.support.replication import wait_converged
+from tests.support.resident import note_ids, notes_table
 from tests.support.switching import wait_replication_reported
 from zonesync.check.steps import CUT_GRACE_US
 from zonesync.dal import EntityWriteStopped, WrongZone
@@ -63,13 +65,26 @@ def _insert(guard, order_id: int) -> None:
         tx.insert("orders", {"order_id": order_id, "tenant_id": 7, "amount": 1})
 
 
-def test_a_tenant_migrates_to_b_and_only_b_writes_it_after(tenant7, meta, zones, dag):
+@pytest.fixture
+def notes(guard_env, zones, meta):
+    """`notes` resident (tests/support/resident.py), published before the cluster starts."""
+    with notes_table(zones, meta):
+        yield
+
+
+def test_a_tenant_migrates_to_b_with_its_resident_rows_and_only_b_writes_it_after(notes, tenant7, meta, zones, dag):
     ga, gb = tenant7
     _insert(ga, 7001)
+    with ga.transaction() as tx:
+        for n in range(1, 41):
+            tx.insert("notes", {"note_id": n, "tenant_id": 7, "body": "x"})
+        tx.insert("notes", {"note_id": 99, "tenant_id": 8, "body": "stays in a"})
     run = dag.test(run_conf=CONF)
     states = _states(run)
     assert run.state == "success", states
     assert states["rollback"] == "skipped" and states["cutover"] == states["report"] == "success"
+    assert states["admit"] == states["stock"] == states["release"] == "success", states
+    assert note_ids(zones["b"]) == set(range(1, 41)) and note_ids(zones["a"]) == {99}, "notes moved with tenant 7"
     mig = MigrationStore(meta).require(run.run_id)
     assert (mig.status, mig.phase, mig.source_zone, mig.target_zone) == (SUCCEEDED, "lifted", "a", "b")
     assert mig.window_ms is not None and mig.window_ms > 0
