@@ -3,9 +3,15 @@
 The steps live in zonesync.migrate.steps (docs/migration.md tells the protocol); this
 file only wires them:
 
-    preflight >> admit >> stock (Spark) >> verify_start >> verify_check (Spark) >> verify
-        >> cutover >> release >> report
-    [preflight, admit, stock, verify_start, verify_check, verify, cutover] >> rollback  (one_failed)
+    preflight >> stop_first >> admit >> stock (Spark) >> verify_start >> verify_check (Spark)
+        >> verify >> cutover >> release >> report
+    [preflight, stop_first, admit, stock, verify_start, verify_check, verify, cutover] >> rollback
+        (one_failed)
+
+Modes: plan1 (default) copies and verifies while the tenant writes, then stops it for the
+cutover only; plan2 stops it first (stop_first; refused when its resident rows are more
+than plan2_max_rows), copies, skips verify (the final check compares every row with writes
+stopped) and cuts over: simpler, and the whole copy is inside its stop-write window.
 
 Resident tables (rows only in the tenant's unit): admit makes the target apply the
 tenant's resident rows from the source's stream, stock copies them (the full copy's Spark
@@ -79,6 +85,13 @@ with DAG(
             maximum=86400,
             description="How long the target may take to apply the source up to P before the migration rolls back.",
         ),  # fmt: skip
+        "plan2_max_rows": Param(
+            100_000,
+            type="integer",
+            minimum=0,
+            maximum=100_000_000,
+            description="plan2 is refused when the tenant's resident rows at the source are more than this.",
+        ),
         "keep_source_copy": Param(
             False,
             type="boolean",
@@ -87,6 +100,7 @@ with DAG(
     },
 ) as dag:
     preflight = ZoneMigrationStepOperator(task_id="preflight", step="preflight")
+    stop_first = ZoneMigrationStepOperator(task_id="stop_first", step="stop_first")
     admit = ZoneMigrationStepOperator(task_id="admit", step="admit")
     stock = stock_copy("stock", "zonesync-migration-stock")
     verify_start = ZoneMigrationStepOperator(
@@ -95,7 +109,11 @@ with DAG(
         trigger_rule=TriggerRule.NONE_FAILED,  # stock skipped: none
     )
     verify_check = restricted_check("verify_check", "zonesync-migration-verify")
-    verify = ZoneMigrationStepOperator(task_id="verify", step="verify")
+    verify = ZoneMigrationStepOperator(
+        task_id="verify",
+        step="verify",
+        trigger_rule=TriggerRule.NONE_FAILED,  # verify_check skipped: plan2
+    )
     cutover = ZoneMigrationCutoverOperator(
         task_id="cutover",
         retries=30,  # a refusal before the flip fails at once; a crash retries, past the flip until lifted
@@ -118,5 +136,6 @@ with DAG(
     release = ZoneMigrationStepOperator(task_id="release", step="release")
     report = ZoneMigrationStepOperator(task_id="report", step="report")
 
-    preflight >> admit >> stock >> verify_start >> verify_check >> verify >> cutover >> release >> report
-    [preflight, admit, stock, verify_start, verify_check, verify, cutover] >> rollback
+    preflight >> stop_first >> admit >> stock >> verify_start >> verify_check >> verify >> cutover >> release
+    release >> report
+    [preflight, stop_first, admit, stock, verify_start, verify_check, verify, cutover] >> rollback

@@ -75,6 +75,8 @@ def notes(guard_env, zones, meta):
 def test_a_tenant_migrates_to_b_with_its_resident_rows_and_only_b_writes_it_after(notes, tenant7, meta, zones, dag):
     ga, gb = tenant7
     _insert(ga, 7001)
+    version = EntityRegistry(meta).register_biz("tenant", "8", "a", [("tenant", "8")], "test: tenant 8 in a")
+    guards.wait_acks(meta, version, {"a", "b"}, 10)  # (a resident row needs a registered entity)
     with ga.transaction() as tx:
         for n in range(1, 41):
             tx.insert("notes", {"note_id": n, "tenant_id": 7, "body": "x"})

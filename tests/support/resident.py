@@ -14,7 +14,8 @@ from zonesync.rules import parse
 
 NOTES_DDL = (
     "CREATE TABLE IF NOT EXISTS notes (note_id BIGINT NOT NULL PRIMARY KEY, tenant_id BIGINT NOT NULL, "
-    "body VARCHAR(64) NOT NULL, written_at DATETIME(6) NULL, _zs_origin SMALLINT NOT NULL DEFAULT 0, "
+    "body VARCHAR(64) NOT NULL, written_at DATETIME(6) NULL, seen_at TIMESTAMP(6) NULL, "
+    "_zs_origin SMALLINT NOT NULL DEFAULT 0, "
     "_zs_version BIGINT NOT NULL DEFAULT 0, KEY idx_notes_tenant (tenant_id)) ENGINE=InnoDB"
 )
 
@@ -53,3 +54,29 @@ def note_ids(inst, tenant: int | None = None) -> set[int]:
     with inst.connect("zonesync_app").cursor() as cur:
         cur.execute("SELECT note_id FROM notes" + ("" if tenant is None else f" WHERE tenant_id = {int(tenant)}"))
         return {int(r[0]) for r in cur.fetchall()}
+
+
+def note_rows(inst, tenant: int) -> list[tuple]:
+    """(note_id, body, written_at, seen_at) of a tenant's notes, read under time_zone '+00:00'."""
+    with inst.connect("zonesync_app").cursor() as cur:
+        cur.execute("SET SESSION time_zone = '+00:00'")
+        cur.execute(f"SELECT note_id, body, written_at, seen_at FROM notes WHERE tenant_id = {int(tenant)} ORDER BY 1")
+        return list(cur.fetchall())
+
+
+@contextmanager
+def server_time_zones(zones, by_zone: dict[str, str]):
+    """Each zone's server time zone (its global time_zone, what a new session starts with)
+    set as given, then put back."""
+    before = {}
+    for z, tz in by_zone.items():
+        with zones[z].connect().cursor() as cur:
+            cur.execute("SELECT @@global.time_zone")
+            before[z] = cur.fetchone()[0]
+            cur.execute("SET GLOBAL time_zone = %s", (tz,))
+    try:
+        yield
+    finally:
+        for z, tz in before.items():
+            with zones[z].connect().cursor() as cur:
+                cur.execute("SET GLOBAL time_zone = %s", (tz,))

@@ -101,6 +101,20 @@ def test_a_registered_entitys_unit_decides_its_rows_over_its_zsids_owner():
         state("b", flags).decide("orders", {"tenant": 32})
 
 
+def test_a_resident_tables_row_needs_a_registered_entity():
+    """notes is resident: tenant 22 (registered in b) is written in b only; tenant 12,
+    unregistered, has no unit to hold its rows, whatever zone owns its ZSID."""
+    doc = RULES.to_doc()
+    doc["tables"]["notes"] = {**doc["tables"]["orders"], "resident": True}
+    flags = {("t", "22"): ("b", False)}
+    assert GuardState(7, "b", parse(doc), flags).decide("notes", {"tenant": 22}).entity == ("t", "22")
+    with pytest.raises(WrongZone, match="t 22 is owned by zone b"):
+        GuardState(7, "a", parse(doc), flags).decide("notes", {"tenant": 22})
+    with pytest.raises(ZsidUndetermined, match="table notes is resident: t 12 is not a registered entity"):
+        GuardState(7, "a", parse(doc), flags).decide("notes", {"tenant": 12})
+    assert GuardState(7, "a", parse(doc), flags).decide("orders", {"tenant": 12}).zsid == 2  # not resident
+
+
 def test_a_registered_integer_id_spelled_another_way_is_refused_not_judged_by_its_zsid():
     """Tenant 22 registered in b (its ZSID 2 is a's): '022', ' 22', '+22', 22.0 would land in
     an INT column as tenant 22's row, and judged by the ZSID alone a would accept them.

@@ -50,7 +50,9 @@ class GuardState:
         """Allow the write of `row` into `table` here, or raise why not. The row's owner is
         its entity when its table declares one and the entity is registered (the unit and
         the stop-write flag decide, whatever zone holds its ZSID: an entity is placed, and
-        migrated, on its own), else its ZSID (the rules' owner, ACTIVE)."""
+        migrated, on its own), else its ZSID (the rules' owner, ACTIVE). A resident table's
+        row needs a registered entity: its rows live only in its unit, and a ZSID's owner
+        changes by a zone switch, which moves no resident row."""
         if self.index is None:
             raise ZsidUndetermined(f"no rules published yet (version {self.version}): nothing is writable")
         try:
@@ -67,6 +69,10 @@ class GuardState:
             self._refuse_another_spelling(entity, value)
             if self._registered(entity, zsid):
                 return Decision(zsid, entity)
+            if spec.resident:  # its rows live in its unit only: an unregistered entity has none
+                raise ZsidUndetermined(f"table {table} is resident: {entity[0]} {entity[1]} is not a registered "
+                                       "entity, so no unit holds its rows: register it (`zonesync entity register`) "
+                                       "before writing them")  # fmt: skip
         try:
             rule = self.index.rule_for(zsid)
         except ZsidUnknown as exc:

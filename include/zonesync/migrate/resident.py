@@ -38,6 +38,17 @@ def tables(rules: RuleSet, entities: dict[str, list[str]]) -> dict[str, str]:
     return {name: entity_predicate(resident[name], entities) for name in entity_tables(resident, set(entities))}
 
 
+def count(conn, predicates: dict[str, str]) -> int:
+    """How many rows the predicates select in this zone, all tables together."""
+    total = 0
+    with conn.cursor() as cur:
+        for table, where in sorted(predicates.items()):
+            cur.execute(f"SELECT COUNT(*) FROM {quote(table)} WHERE {where}")
+            total += int(cur.fetchone()[0])
+    conn.commit()
+    return total
+
+
 def admitted(conn, run_id: str) -> bool:
     """Whether this zone admits the run's LEs now."""
     with conn.cursor() as cur:

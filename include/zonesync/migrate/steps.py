@@ -190,13 +190,37 @@ def _resident_tables(ctx: MigrationContext, run: Migration) -> dict[str, str]:
     return resident.tables(found[1], run.entities)
 
 
+def _before_the_copy(run: Migration, step: str) -> None:
+    """plan1 copies and checks while the LEs are written; plan2 with their writes stopped."""
+    allowed = ("preflight", "checked", "stopped") if run.mode == "plan2" else ("preflight", "checked")
+    if run.phase not in allowed:
+        raise MigrationError(f"{step}: the migration is past its copy (phase {run.phase}): it runs before the cutover")
+
+
+def stop_first(ctx: MigrationContext, max_rows: int) -> dict:
+    """plan2 (S004-28): the LEs' writes stopped before anything is copied, refused when their
+    resident rows at the source number more than `max_rows` (the tenant would stay stopped
+    through a long copy: plan1 copies while it writes). plan1: nothing."""
+    run = _running(ctx)
+    if run.mode != "plan2":
+        return {"mode": run.mode}
+    if run.stop_version is None:
+        predicates = _resident_tables(ctx, run)
+        rows = _with(ctx, run.source_zone, lambda conn: resident.count(conn, predicates))
+        if rows > max_rows:
+            raise MigrationRefused(f"mode: plan2 stops {run.be_type} {run.be_id}'s writes while its {rows} resident "
+                                   f"rows are copied, more than plan2_max_rows ({max_rows}): use plan1, which "
+                                   "copies while it writes, or raise the limit")  # fmt: skip
+    run = stop_write(ctx)
+    return {"mode": run.mode, "stop_version": run.stop_version}
+
+
 def admit(ctx: MigrationContext) -> dict:
     """Resident tables (resident.py): the target's stale copies of the LEs' rows purged and
     the LEs admitted there, once (the target's resident_admits is the record); what the
     stock copy's Spark job needs ({tables: '' when nothing resident moves})."""
     run = _running(ctx)
-    if run.phase not in ("preflight", "checked"):
-        raise MigrationError(f"admit: writes are stopped already (phase {run.phase}): the stock copy runs before")
+    _before_the_copy(run, "admit")
     predicates = _resident_tables(ctx, run)
     stock = {"run_id": stock_run_id(run.run_id), "source": run.source_zone, "target": run.target_zone,
              "zones": f"{run.source_zone},{run.target_zone}", "tables": ",".join(predicates),
@@ -270,8 +294,9 @@ def verify_start(ctx: MigrationContext) -> dict:
     """Before the stop: the consistency check of the LEs' rows (migrate/verify.py) started;
     what its Spark job (the DAG's verify_check) needs."""
     run = _running(ctx)
-    if run.phase not in ("preflight", "checked"):
-        raise MigrationError(f"verify_start: writes are stopped already (phase {run.phase}): the check runs before")
+    _before_the_copy(run, "verify_start")
+    if run.mode == "plan2":  # writes stopped: the final check compares every row exactly
+        return {"check_run_id": "", "zones": "", "tables": ""}
     return verify_check.start(verify_check.check_context(ctx.meta, run, ctx.zone_conn))
 
 
@@ -279,6 +304,8 @@ def verify(ctx: MigrationContext, result: dict | None = None) -> dict:
     """The check's result turned into the migration's verdict: a difference fails the step
     (nothing is stopped yet; the DAG's rollback ends the run), a match lets the cutover go."""
     run = _running(ctx)
+    if result is None and run.mode == "plan2":
+        return {"tables": 0, "differ": 0, "skipped": "plan2: the final check compares with writes stopped"}
     if result is None:
         raise MigrationError("verify: no result of the LEs' check: run verify_start and verify_check first")
     report = verify_check.outcome(verify_check.check_context(ctx.meta, run, ctx.zone_conn), result)

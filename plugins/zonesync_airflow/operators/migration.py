@@ -4,6 +4,7 @@ Each resolves the meta store and the zone connections when it runs and builds th
 context from the run's params (the tenant, the target zone, the mode, the reason).
 
 `ZoneMigrationStepOperator` runs one step outside the stop-write window: preflight,
+stop_first (plan2 only: writes stopped before the copy, refused above plan2_max_rows),
 admit (the stock copy's Spark job follows), verify_start, verify (the check's Spark job
 runs between them), release (after the cutover), rollback, and report (the
 run's row, as `GET /zonesync/api/v1/migrations/{run_id}` shows it; the DAG's last task,
@@ -41,7 +42,7 @@ from zonesync_airflow.operators.actor import run_actor
 from zonesync_airflow.operators.switch import ZoneConnections
 from zonesync_airflow.triggers.migration import MigrationSyncedTrigger
 
-STEPS = ("preflight", "admit", "verify_start", "verify", "release", "rollback", "report")
+STEPS = ("preflight", "stop_first", "admit", "verify_start", "verify", "release", "rollback", "report")
 INLINE_POLL_S = 0.02  # the worker's poll while it waits for sync inside the window
 PAST_FLIP = ("flipping", "lifted")
 
@@ -85,6 +86,12 @@ class ZoneMigrationStepOperator(BaseOperator):
             self.log.info("migration %s: %s %s %s -> %s, %d locating entities", run.run_id, run.be_type, run.be_id,
                           run.source_zone, run.target_zone, len(run.les))  # fmt: skip
             return run.id
+        if self.step == "stop_first":
+            done = steps.stop_first(ctx, int(context["params"]["plan2_max_rows"]))
+            self.log.info(
+                "stop_first: %s", "writes stopped (plan2)" if "stop_version" in done else "plan1: writes go on"
+            )
+            return done
         if self.step == "admit":
             stock = steps.admit(ctx)
             self.log.info("admit: resident tables moving: %s", stock["tables"] or "none")
@@ -96,8 +103,8 @@ class ZoneMigrationStepOperator(BaseOperator):
         if self.step == "verify_start":
             return steps.verify_start(ctx)
         if self.step == "verify":
-            result = json.loads(Path(context["ti"].xcom_pull(task_ids="verify_check")).read_text())
-            report = steps.verify(ctx, result)
+            path = context["ti"].xcom_pull(task_ids="verify_check")  # None: skipped (plan2)
+            report = steps.verify(ctx, json.loads(Path(path).read_text()) if path else None)
             self.log.info("verify: %s tables, no row differs", report["tables"])
             return {"tables": report["tables"], "differ": report["differ"]}
         if self.step == "report":

@@ -130,7 +130,8 @@ class ZoneSparkSubmitOperator(SparkSubmitOperator):
 
 def restricted_check(task_id: str, name: str, started_task: str = "verify_start", extra_args=(), **kwargs):
     """The consistency check's Spark job over a check run that `started_task` started (its
-    XCom: check_run_id, zones, tables): the verify of a zone switch and of a migration."""
+    XCom: check_run_id, zones, tables): the verify of a zone switch and of a migration
+    (skipped when the tables are empty: a plan2 migration checks with writes stopped)."""
     started = f"ti.xcom_pull(task_ids='{started_task}')"
     return ZoneSparkSubmitOperator(
         task_id=task_id,
@@ -144,6 +145,7 @@ def restricted_check(task_id: str, name: str, started_task: str = "verify_start"
             *extra_args,
         ],  # fmt: skip
         meta_conn_id="zonesync_meta",
+        skip_without="--table",
         name=name,
         driver_memory="512m",
         conf=jvm.driver_conf(dispatch_only=True),

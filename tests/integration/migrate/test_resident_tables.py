@@ -4,6 +4,7 @@ stock copy on Spark, the stream, the cutover, release; rollback purges the targe
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 
@@ -11,7 +12,7 @@ import pytest
 
 from tests.support.background import wait_until
 from tests.support.replication import ZONES, alerts
-from tests.support.resident import note_ids, notes_table
+from tests.support.resident import note_ids, note_rows, notes_table, server_time_zones
 from zonesync.apply.batch.resident import HEAD
 from zonesync.apply.tools.progress import is_applied
 from zonesync.capture.binlog import binlog_end
@@ -19,19 +20,20 @@ from zonesync.dal import EntityWriteStopped, WrongZone
 from zonesync.meta import guards
 from zonesync.meta.entities import EntityRegistry
 from zonesync.migrate import resident, steps
-from zonesync.migrate.request import MigrationRequest
+from zonesync.migrate.request import MigrationRefused, MigrationRequest
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def notes(guard_env, zones, meta):
-    """`notes` resident in the rules (published before the cluster starts), tenant 7 (its
-    tenant LE) registered in a."""
+    """`notes` resident in the rules (published before the cluster starts), tenants 7 and 8
+    (each its tenant LE) registered in a (a resident row needs a registered entity)."""
     meta.run("DELETE FROM migrations")
     meta.run("DELETE FROM locating_entities WHERE le_type IN ('tenant', 'chat')")
     with notes_table(zones, meta):
-        EntityRegistry(meta).register_biz("tenant", "7", "a", [("tenant", "7")], "test: tenant 7 in a")
+        for t in ("7", "8"):
+            EntityRegistry(meta).register_biz("tenant", t, "a", [("tenant", t)], f"test: tenant {t} in a")
         yield
     meta.run("DELETE FROM migrations")
     meta.run("DELETE FROM locating_entities WHERE le_type IN ('tenant', 'chat')")
@@ -130,7 +132,7 @@ def test_an_admit_waits_for_an_applier_transaction_that_read_the_admits_before_i
         other.close()
 
 
-def _stock(ctx, zones, tmp_path, started: dict) -> dict:
+def _stock(ctx, zones, tmp_path, started: dict, **kw) -> dict:
     """The DAG's stock task: the full copy's Spark job with the entity predicates, in this
     test session's Spark."""
     import json
@@ -140,7 +142,7 @@ def _stock(ctx, zones, tmp_path, started: dict) -> dict:
     from tests.support.spark import session
 
     args = copy_args(zones, tmp_path, started["run_id"], started["source"], started["target"],
-                     tables=started["tables"].split(","), where=json.loads(started["where"]))  # fmt: skip
+                     tables=started["tables"].split(","), where=json.loads(started["where"]), **kw)  # fmt: skip
     return full_copy.run(session(), args)
 
 
@@ -185,7 +187,8 @@ class NoteWriter:
 def test_a_tenant_s_resident_rows_move_with_it_while_it_writes_and_leave_the_source(
     notes, cluster, guard_env, zones, meta, tmp_path
 ):
-    """Tenant 7's 2,000 notes in a, written on through the stock copy and the verify: after
+    """Tenant 7's 2,000 notes in a, written on through the stock copy (cut short after two
+    chunks, then run again, as a killed one is) and the verify: after
     the cutover and the release, b holds exactly what a held at the stop (every write a
     accepted), a and c hold none of tenant 7's notes, tenant 8's stay in a only, b writes
     tenant 7's notes and a refuses them."""
@@ -206,8 +209,11 @@ def test_a_tenant_s_resident_rows_move_with_it_while_it_writes_and_leave_the_sou
     started = steps.admit(ctx)
     assert started["tables"] == "notes" and "tenant_id" in started["where"], started
     assert steps.admit(ctx) == started  # admitted once: a re-run changes nothing
-    result = _stock(ctx, zones, tmp_path, started)
-    assert result["notes"]["rows"] >= 2_000 and result["notes"]["orphans"] is None, result
+    cut_short = _stock(ctx, zones, tmp_path, started, stop_after=2)  # as if killed after two chunks
+    assert cut_short["notes"]["done"] == 2 < cut_short["notes"]["chunks"], cut_short
+    result = _stock(ctx, zones, tmp_path, started)  # the re-run lands only the chunks not done
+    assert result["notes"]["done"] == result["notes"]["chunks"] and result["notes"]["orphans"] is None, result
+    assert cut_short["notes"]["rows"] + result["notes"]["rows"] >= 2_000, (cut_short, result)
     report = _verify(ctx, zones, tmp_path)  # writes go on: rows in flight excused
     assert report["differ"] == 0 and report["tables"] == 2, report  # orders and notes
     steps.stop_write(ctx)
@@ -254,3 +260,48 @@ def test_a_rolled_back_migration_purges_the_target_s_partial_copy(notes, cluster
     _note(ga, 32, 7)
     _applied_everywhere(meta, zones)
     assert note_ids(zones["b"]) == set()
+
+
+def test_plan2_stops_the_tenant_first_and_is_refused_above_its_size_limit(notes, cluster, guard_env, zones, meta,
+                                                                          tmp_path):  # fmt: skip
+    """plan2 (S004-28): above plan2_max_rows it is refused naming the mode and the count,
+    nothing stopped; within it, writes stop before the copy, verify is skipped (the final
+    check compares with writes stopped), and the notes move. The zones run in different
+    server time zones (S004-34): every DATETIME and TIMESTAMP arrives as the same value."""
+    with server_time_zones(zones, {"a": "-03:00", "b": "+05:30"}):
+        _plan2(guard_env, zones, meta, tmp_path)
+
+
+def _plan2(guard_env, zones, meta, tmp_path) -> None:
+    ga = guard_env("a")
+    guard_env("b")
+    moment = datetime.datetime(2026, 3, 29, 2, 30, 15, 123456)  # a DST change in much of Europe
+    for n in range(1, 51):
+        with ga.transaction() as tx:
+            tx.insert("notes", {"note_id": n, "tenant_id": 7, "body": "x", "written_at": moment,
+                                "seen_at": moment + datetime.timedelta(seconds=n)})  # fmt: skip
+    ctx = steps.MigrationContext(meta, "p2-7", MigrationRequest("tenant", "7", "b", "plan2", "test"),
+                                 lambda z: zones[z].connect("zonesync_app"), actor="test", max_txn_ms=200)  # fmt: skip
+    steps.preflight(ctx)
+    with pytest.raises(MigrationRefused, match=r"^mode: plan2 stops tenant 7's writes while its 50 resident rows are "
+                                               r"copied, more than plan2_max_rows \(10\): use plan1"):  # fmt: skip
+        steps.stop_first(ctx, 10)
+    assert ctx.store.require("p2-7").stop_version is None
+    _note(ga, 51, 7)  # still writable
+    assert "stop_version" in steps.stop_first(ctx, 1_000)
+    with pytest.raises(EntityWriteStopped):
+        _note(ga, 52, 7)
+    _stock(ctx, zones, tmp_path, steps.admit(ctx))
+    assert steps.verify_start(ctx)["tables"] == "" and steps.verify(ctx, None)["skipped"].startswith("plan2")
+    steps.stop_write(ctx)  # (the cutover's first step: already stopped, it only re-checks the acks)
+    steps.sync_position(ctx)
+    wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
+    assert steps.final_check(ctx)["notes"] == {"a": 51, "b": 51}
+    at_source = note_rows(zones["a"], 7)
+    # the guard's sessions write under '+00:00' whatever the server's zone: the values as given
+    assert at_source[0][2] == moment and at_source[0][3] == moment + datetime.timedelta(seconds=1)
+    steps.flip(ctx)
+    assert steps.lift(ctx).status == "succeeded"
+    assert steps.release(ctx) == {"notes": 51}
+    assert note_ids(zones["b"], 7) == set(range(1, 52)) and note_ids(zones["a"], 7) == set()
+    assert note_rows(zones["b"], 7) == at_source  # the same instants and wall times, read under '+00:00'
