@@ -4,9 +4,13 @@ The steps live in zonesync.migrate.steps (docs/migration.md tells the protocol);
 file only wires them:
 
     preflight >> stop_first >> admit >> stock (Spark) >> verify_start >> verify_check (Spark)
-        >> verify >> cutover >> release >> report
-    [preflight, stop_first, admit, stock, verify_start, verify_check, verify, cutover] >> rollback
-        (one_failed)
+        >> verify >> gate >> cutover >> release >> report
+    [preflight, stop_first, admit, stock, verify_start, verify_check, verify, gate, cutover]
+        >> rollback (one_failed)
+
+gate (S004-15) holds the stop-write until the target keeps up with the source (max_lag_s)
+and the clock is inside stop_window_utc, deferring to the triggerer while it waits; after
+gate_timeout_s the run rolls back with nothing stopped.
 
 Modes: plan1 (default) copies and verifies while the tenant writes, then stops it for the
 cutover only; plan2 stops it first (stop_first; refused when its resident rows are more
@@ -39,7 +43,11 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Param, TriggerRule
 
-from zonesync_airflow.operators.migration import ZoneMigrationCutoverOperator, ZoneMigrationStepOperator
+from zonesync_airflow.operators.migration import (
+    ZoneMigrationCutoverOperator,
+    ZoneMigrationGateOperator,
+    ZoneMigrationStepOperator,
+)
 from zonesync_airflow.operators.spark import restricted_check, stock_copy
 
 with DAG(
@@ -85,6 +93,26 @@ with DAG(
             maximum=86400,
             description="How long the target may take to apply the source up to P before the migration rolls back.",
         ),  # fmt: skip
+        "max_lag_s": Param(
+            5.0,
+            type="number",
+            minimum=0,
+            maximum=3600,
+            description="The stop-write waits until the target applies the source's stream at most this far behind.",
+        ),
+        "stop_window_utc": Param(
+            "",
+            type="string",
+            pattern=r"^(([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9])?$",
+            description="Stop writes only inside this UTC window, HH:MM-HH:MM (e.g. 02:00-04:30); empty: any time.",
+        ),
+        "gate_timeout_s": Param(
+            3600.0,
+            type="number",
+            minimum=1,
+            maximum=604800,
+            description="How long the stop-write gate may stay closed before the migration rolls back.",
+        ),
         "plan2_max_rows": Param(
             100_000,
             type="integer",
@@ -114,6 +142,7 @@ with DAG(
         step="verify",
         trigger_rule=TriggerRule.NONE_FAILED,  # verify_check skipped: plan2
     )
+    gate = ZoneMigrationGateOperator(task_id="gate")
     cutover = ZoneMigrationCutoverOperator(
         task_id="cutover",
         retries=30,  # a refusal before the flip fails at once; a crash retries, past the flip until lifted
@@ -136,6 +165,6 @@ with DAG(
     release = ZoneMigrationStepOperator(task_id="release", step="release")
     report = ZoneMigrationStepOperator(task_id="report", step="report")
 
-    preflight >> stop_first >> admit >> stock >> verify_start >> verify_check >> verify >> cutover >> release
-    release >> report
-    [preflight, stop_first, admit, stock, verify_start, verify_check, verify, cutover] >> rollback
+    preflight >> stop_first >> admit >> stock >> verify_start >> verify_check >> verify >> gate >> cutover
+    cutover >> release >> report
+    [preflight, stop_first, admit, stock, verify_start, verify_check, verify, gate, cutover] >> rollback

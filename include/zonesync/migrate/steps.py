@@ -53,6 +53,7 @@ from zonesync.meta.entities import EntityRegistry
 from zonesync.meta.guards import AckTimeout, UnhealthyGuards, require_healthy, wait_acks
 from zonesync.meta.store import MetaStore
 from zonesync.migrate import final_check as le_sums
+from zonesync.migrate import gate as migration_gate
 from zonesync.migrate import resident
 from zonesync.migrate import verify as verify_check
 from zonesync.migrate.request import AlreadyMigrating, MigrationRefused, MigrationRequest, UnknownBizEntity
@@ -243,6 +244,15 @@ def release(ctx: MigrationContext, purge_source: bool = True) -> dict:
     if not predicates or not purge_source:
         return {}
     return _with(ctx, run.source_zone, lambda conn: resident.purge(conn, predicates))
+
+
+def gate(ctx: MigrationContext, max_lag_s: float, window: str) -> str | None:
+    """Why the stop-write gate (gate.py, S004-15) is closed now, or None when the cutover
+    may stop the LEs' writes; plan2 stopped them already (its gate is its size limit)."""
+    run = _running(ctx)
+    if run.stop_version is not None:
+        return None
+    return migration_gate.closed_because(ctx.meta, run.source_zone, run.target_zone, max_lag_s, window)
 
 
 def stop_write(ctx: MigrationContext) -> Migration:

@@ -40,7 +40,7 @@ from zonesync.migrate.request import MigrationRefused, MigrationRequest
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 from zonesync_airflow.operators.actor import run_actor
 from zonesync_airflow.operators.switch import ZoneConnections
-from zonesync_airflow.triggers.migration import MigrationSyncedTrigger
+from zonesync_airflow.triggers.migration import MigrationGateTrigger, MigrationSyncedTrigger
 
 STEPS = ("preflight", "stop_first", "admit", "verify_start", "verify", "release", "rollback", "report")
 INLINE_POLL_S = 0.02  # the worker's poll while it waits for sync inside the window
@@ -191,6 +191,53 @@ class ZoneMigrationCutoverOperator(BaseOperator):
             raise AirflowFailException(f"flip: {exc}") from exc
         self.log.info("migration %s %s: %s", run.run_id, run.status, run.detail)
         return {"status": run.status, "window_ms": run.window_ms}
+
+
+class ZoneMigrationGateOperator(BaseOperator):
+    """The stop-write gate (migrate/gate.py): asked once in the worker; closed, the task
+    defers to MigrationGateTrigger until it opens; at `gate_timeout_s` it fails for good
+    with the gate's reason (nothing is stopped yet: the rollback ends the run)."""
+
+    ui_color = "#fbf6e8"
+
+    def __init__(self, *, meta_conn_id: str = "zonesync_meta", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.meta_conn_id = meta_conn_id
+
+    def execute(self, context):
+        ctx = migration_context(context, self.meta_conn_id)
+        params = context["params"]
+        with _final_before_flip(ctx, "gate"):
+            why = steps.gate(ctx, float(params["max_lag_s"]), params["stop_window_utc"])
+        if why is None:
+            self.log.info("stop-write gate open")
+            return "open"
+        self.log.info("stop-write gate closed: %s; asking again in the triggerer", why)
+        run = ctx.store.require(ctx.run_id)
+        timeout_s = float(params["gate_timeout_s"])
+        self.defer(
+            trigger=MigrationGateTrigger(
+                run_id=ctx.run_id,
+                source_zone=run.source_zone,
+                target_zone=run.target_zone,
+                max_lag_s=float(params["max_lag_s"]),
+                window=params["stop_window_utc"],
+                timeout_s=timeout_s,
+                meta_conn_id=self.meta_conn_id,
+            ),  # fmt: skip
+            method_name="execute_complete",
+            timeout=timedelta(seconds=timeout_s + 60),  # backstop: the trigger reports its own timeout
+        )
+
+    def execute_complete(self, context, event: dict | None = None):
+        event = event or {}
+        if event.get("status") == "open":
+            self.log.info("stop-write gate open after %.0f s", float(event.get("waited_s", 0)))
+            return "open"
+        ctx = migration_context(context, self.meta_conn_id)
+        with _final_before_flip(ctx, "gate"):
+            raise steps.MigrationError(f"the stop-write gate stayed closed for {float(event.get('waited_s', 0)):.0f} "
+                                       f"s: {event.get('why', 'no answer')}")  # fmt: skip
 
 
 @contextmanager

@@ -95,3 +95,58 @@ class MigrationSyncedTrigger(BaseTrigger):
     async def cleanup(self) -> None:
         """Called by the triggerer whenever the trigger leaves it; closing twice is harmless."""
         await asyncio.to_thread(self._close)
+
+
+class MigrationGateTrigger(BaseTrigger):
+    """Waits in the triggerer until a migration's stop-write gate opens (migrate/gate.py:
+    the target keeps up with the source, the clock inside the window) or `timeout_s`
+    passes. Each poll is one meta read in a thread (MetaConfig connects per query: nothing
+    is kept open between polls, nothing to clean up). The event says which, with the
+    gate's last reason."""
+
+    def __init__(self, run_id: str, source_zone: str, target_zone: str, max_lag_s: float, window: str,
+                 timeout_s: float, meta_conn_id: str = "zonesync_meta", poll_interval: float = 1.0,
+                 waited_s: float = 0.0):  # fmt: skip
+        super().__init__()
+        self.run_id = run_id
+        self.source_zone = source_zone
+        self.target_zone = target_zone
+        self.max_lag_s = max_lag_s
+        self.window = window
+        self.timeout_s = timeout_s
+        self.meta_conn_id = meta_conn_id
+        self.poll_interval = poll_interval
+        self.waited_s = waited_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__name__}",
+            {
+                "run_id": self.run_id,
+                "source_zone": self.source_zone,
+                "target_zone": self.target_zone,
+                "max_lag_s": self.max_lag_s,
+                "window": self.window,
+                "timeout_s": self.timeout_s,
+                "meta_conn_id": self.meta_conn_id,
+                "poll_interval": self.poll_interval,
+                "waited_s": self.waited_s,
+            },
+        )
+
+    async def run(self):
+        from zonesync.migrate.gate import closed_because
+
+        meta = await ZonesyncMetaHook(self.meta_conn_id).ameta_config()
+        started = time.monotonic()
+        while True:
+            why = await asyncio.to_thread(closed_because, meta, self.source_zone, self.target_zone, self.max_lag_s,
+                                          self.window)  # fmt: skip
+            waited = self.waited_s + time.monotonic() - started
+            if why is None:
+                yield TriggerEvent({"status": "open", "waited_s": waited})
+                return
+            if waited >= self.timeout_s:
+                yield TriggerEvent({"status": "timeout", "waited_s": waited, "why": why})
+                return
+            await asyncio.sleep(self.poll_interval)

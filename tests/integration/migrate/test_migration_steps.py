@@ -354,3 +354,27 @@ def test_the_cli_refuses_a_bad_migration_in_one_line_and_shows_the_runs(guard_en
     err = capsys.readouterr().err
     assert err.startswith("zonesync migrate: --tenant: tenant 7 is being migrated already (cli-7)"), err
     steps.rollback(_ctx(zones, meta, "cli-7"), "test")
+
+
+def test_the_stop_write_gate_opens_only_while_the_target_keeps_up_inside_the_window(cluster, guard_env, zones, meta,
+                                                                                     tenant7):  # fmt: skip
+    """S004-15: with b's appliers reporting fresh, small lags for a's stream the gate is
+    open; one partition far behind, or a window that excludes now, closes it (saying why);
+    nothing is stopped either way."""
+    import datetime
+
+    guard_env("a")
+    ctx = _ctx(zones, meta, "gate-7")
+    steps.preflight(ctx)
+    wait_until(lambda: steps.gate(ctx, 5.0, "") is None, 30, "b reports keeping up with a")
+    meta.run("INSERT INTO apply_lag (source_zone, target_zone, partition_no, applied_lsn, behind_events, "
+             "behind_seconds) VALUES ('a', 'b', 99, 0, 5000, 99.0)")  # fmt: skip
+    try:
+        assert steps.gate(ctx, 5.0, "") == "zone b lags zone a by 99.0 s (more than max_lag_s 5)"
+    finally:
+        meta.run("DELETE FROM apply_lag WHERE partition_no = 99")
+    hour = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=2)).hour
+    window = f"{hour:02d}:00-{(hour + 1) % 24:02d}:00"
+    assert steps.gate(ctx, 5.0, window).startswith(f"outside the stop-write window {window} UTC")
+    assert ctx.store.require("gate-7").stop_version is None
+    steps.rollback(ctx, "test")
