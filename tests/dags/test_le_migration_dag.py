@@ -7,6 +7,7 @@ ends with the tenant writable in the target only, its resident rows (the stock c
 Spark job) there and gone from the source; a row that differs fails verify before
 anything is stopped, the rollback ends the run and the tenant stays writable where it
 was; a target that does not catch up fails the cutover after its deferral and rolls back;
+a stop-write gate that stays closed defers, times out and rolls back with nothing stopped;
 bad params are refused before any task runs.
 """
 
@@ -160,6 +161,25 @@ def test_a_target_that_never_catches_up_fails_the_cutover_and_rolls_back(tenant7
     assert {le.stop_write for le in EntityRegistry(meta).biz("tenant", "7")[1]} == {False}
 
 
+def test_a_stop_write_gate_that_stays_closed_rolls_back_with_nothing_stopped(tenant7, meta, dag):
+    """S004-15: a stop window that excludes now keeps the gate closed; it defers, its
+    trigger times out, and the rollback ends the run with tenant 7 never stopped."""
+    import datetime
+
+    ga, _ = tenant7
+    hour = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=2)).hour
+    window = f"{hour:02d}:00-{(hour + 1) % 24:02d}:00"
+    run = dag.test(run_conf={**CONF, "stop_window_utc": window, "gate_timeout_s": 2})
+    states = _states(run)
+    assert run.state == "failed" and states["gate"] == "failed" and states["rollback"] == "success", states
+    assert states["cutover"] == "upstream_failed", states
+    mig = MigrationStore(meta).require(run.run_id)
+    assert mig.status == FAILED and mig.stop_version is None, mig
+    assert "gate: the stop-write gate stayed closed for" in mig.detail and f"outside the stop-write window {window}" \
+        in mig.detail, mig.detail  # fmt: skip
+    _insert(ga, 7301)  # never stopped
+
+
 def _stop_applier_after_the_stop(meta, cluster, guard) -> None:
     """Once the stop-write is acked (phase stopped; P is read max_txn_ms = 3 s later):
     applier-b stopped, then a write of another tenant that b must apply to reach P."""
@@ -173,7 +193,8 @@ def _stop_applier_after_the_stop(meta, cluster, guard) -> None:
 @pytest.mark.parametrize(
     ("conf", "field"),
     [({"tenant": ""}, "tenant"), ({"to_zone": "B;drop"}, "to_zone"), ({"mode": "dual-write"}, "mode"),
-     ({"reason": ""}, "reason")],
+     ({"reason": ""}, "reason"), ({"stop_window_utc": "2-4"}, "stop_window_utc"),
+     ({"plan2_max_rows": -1}, "plan2_max_rows")],
 )  # fmt: skip
 def test_bad_params_are_refused_before_anything_runs(airflow_db, meta, dag, conf, field):
     from airflow.sdk.definitions.param import ParamValidationError
