@@ -104,6 +104,11 @@ class MigrationBody(BaseModel):
     reason: str = Field(min_length=1, max_length=500)
     ack_timeout_s: float = Field(10.0, gt=0, le=600)
     sync_timeout_s: float = Field(120.0, ge=1, le=86400)
+    max_lag_s: float = Field(5.0, ge=0, le=3600)
+    stop_window_utc: str = Field("", pattern=r"^(([01][0-9]|2[0-3]):[0-5][0-9]-([01][0-9]|2[0-3]):[0-5][0-9])?$")
+    gate_timeout_s: float = Field(3600.0, ge=1, le=604800)
+    plan2_max_rows: int = Field(100_000, ge=0, le=100_000_000)
+    keep_source_copy: bool = False
 
 
 def _meta():
@@ -128,8 +133,7 @@ async def migration_start(tenant: str, body: MigrationBody, request: Request) ->
     except MigrationRefused as exc:
         status = 404 if isinstance(exc, UnknownBizEntity) else 409 if isinstance(exc, AlreadyMigrating) else 400
         raise HTTPException(status_code=status, detail=str(exc)) from None
-    conf = {"tenant": tenant, "to_zone": body.to, "mode": body.mode, "reason": body.reason,
-            "ack_timeout_s": body.ack_timeout_s, "sync_timeout_s": body.sync_timeout_s}  # fmt: skip
+    conf = {"tenant": tenant, "to_zone": body.to, **body.model_dump(exclude={"to"})}
     run = await _trigger(request, "le_migration", conf)
     return {"run_id": run["dag_run_id"], "dag_id": "le_migration", "state": run.get("state"),
             "status_url": f"/zonesync/api/v1/migrations/{run['dag_run_id']}"}  # fmt: skip

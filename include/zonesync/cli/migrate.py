@@ -31,6 +31,16 @@ def _conf(args) -> dict | str:
                if not value]  # fmt: skip
     if missing:
         return f"{', '.join(missing)} required (example: --tenant 7 --to b --reason 'customer moved to the EU')"
+    from zonesync.migrate.gate import GateSpecError, parse_window
+
+    try:
+        parse_window(args.stop_window)
+    except GateSpecError as exc:
+        return "--stop-window" + str(exc).removeprefix("stop_window_utc")
+    for flag, value in (("--max-lag-s", args.max_lag_s), ("--gate-timeout", args.gate_timeout - 1),
+                        ("--plan2-max-rows", args.plan2_max_rows)):  # fmt: skip
+        if value < 0:
+            return f"{flag}: must not be negative" if flag != "--gate-timeout" else f"{flag}: at least 1 (seconds)"
     req = MigrationRequest("tenant", args.tenant, args.to_zone, args.mode, args.reason)
     try:
         movable(common.meta(), req)
@@ -38,7 +48,9 @@ def _conf(args) -> dict | str:
         field, _, why = str(exc).partition(": ")
         return f"{FLAGS.get(field, field)}: {why}" if why else str(exc)
     return {"tenant": req.be_id, "to_zone": req.target_zone, "mode": req.mode, "reason": req.reason,
-            "ack_timeout_s": args.ack_timeout, "sync_timeout_s": args.sync_timeout}  # fmt: skip
+            "ack_timeout_s": args.ack_timeout, "sync_timeout_s": args.sync_timeout, "max_lag_s": args.max_lag_s,
+            "stop_window_utc": args.stop_window, "gate_timeout_s": args.gate_timeout,
+            "plan2_max_rows": args.plan2_max_rows, "keep_source_copy": args.keep_source_copy}  # fmt: skip
 
 
 def cmd_migrate(args) -> int:
@@ -105,6 +117,11 @@ def register(sub) -> None:
     mg.add_argument("--reason", help="why (kept with every version the migration publishes)")
     mg.add_argument("--ack-timeout", type=float, default=10.0, help="how long each push waits for the guards' acks")
     mg.add_argument("--sync-timeout", type=float, default=120.0, help="how long the target may take to catch up")
+    mg.add_argument("--max-lag-s", type=float, default=5.0, help="stop writes only while the target lags less")
+    mg.add_argument("--stop-window", default="", help="stop writes only inside this UTC window, HH:MM-HH:MM")
+    mg.add_argument("--gate-timeout", type=float, default=3600.0, help="roll back if the gate stays closed this long")
+    mg.add_argument("--plan2-max-rows", type=int, default=100_000, help="plan2 is refused above this many rows")
+    mg.add_argument("--keep-source-copy", action="store_true", help="keep the source's resident rows after the move")
     mg.add_argument("--timeout", type=float, default=3600.0, help="stop following after (s)")
     mg.add_argument("--no-follow", action="store_true", help="trigger and return the run id")
     mg.set_defaults(func=cmd_migrate)

@@ -333,6 +333,9 @@ def test_the_cli_refuses_a_bad_migration_in_one_line_and_shows_the_runs(guard_en
          "zonesync migrate: --mode: dual-write is refused"),
         (["--tenant", "8", "--to", "b", "--reason", "r"], "zonesync migrate: --tenant: tenant 8 is not a registered"),
         (["frobnicate"], "zonesync migrate: unknown arguments 'frobnicate'"),
+        (["--tenant", "7", "--to", "b", "--reason", "r", "--stop-window", "2-4"],
+         "zonesync migrate: --stop-window: '2-4' is not HH:MM-HH:MM (UTC, e.g. 02:00-04:30)"),
+        (["--tenant", "7", "--to", "b", "--reason", "r", "--max-lag-s", "-1"], "zonesync migrate: --max-lag-s: must "),
     ]  # fmt: skip
     for args, message in cases:
         assert cli.main(["migrate", *args]) == 2, args
