@@ -51,16 +51,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--where-json",
         default="",
-        help="(a migration's stock copy) {table: SQL predicate}: only those rows are copied; no orphan search",
+        help="(a migration's stock copy) {table: {where: SQL predicate, entity: column}}: only those rows are "
+        "copied, never over another entity's row; no orphan search",
     )
     add_zone_args(parser)
     args = parser.parse_args(argv)
     try:
         args.where = json.loads(args.where_json) if args.where_json else {}
     except ValueError:
-        parser.error("--where-json is not JSON: give {table: SQL predicate}")
-    if not isinstance(args.where, dict) or not all(isinstance(v, str) and v for v in args.where.values()):
-        parser.error("--where-json: give an object {table: SQL predicate}")
+        parser.error("--where-json is not JSON: give {table: {where: SQL predicate, entity: column}}")
+    if not isinstance(args.where, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("where"), str) and v["where"] and isinstance(v.get("entity"), str)
+        for v in args.where.values()
+    ):
+        parser.error("--where-json: give an object {table: {where: SQL predicate, entity: column}}")
     args.table = [t for value in args.table for t in value.split(",") if t]  # --table a,b too
     for t in args.table:
         if not is_ident(t):
@@ -78,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: str, table: str,
               columns: list[str], key: list[str], wave: list[dict], gate: str | None = None,
-              where: str | None = None) -> None:  # fmt: skip
+              where: dict | None = None) -> None:  # fmt: skip
     """Copy a wave's chunks, Spark partition i copying chunk i from the source straight
     into the target (ChunkCopier: read, then landed by zonesync.copy.merge's statements)."""
     from zonesync.copy import merge
@@ -104,10 +108,12 @@ def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: s
         # copied rows never reach the target's replicator (S001-13)
         endpoint(*dst, "time_zone='+00:00',skip_replication=1"),
         run_id, table, chunks,
-        strings([merge.select_statement(src_db, table, columns, key, c["lo"], c["hi"], where) for c in wave]),
+        strings([merge.select_statement(src_db, table, columns, key, c["lo"], c["hi"], (where or {}).get("where"))
+                 for c in wave]),
         strings([merge.range_statement(dst_db, table, key, c["lo"], c["hi"]) for c in wave]),
         strings([merge.cleanup_statement(dst_db, table, key, c["lo"], c["hi"]) for c in wave]),
-        key_at, merge.insert_statement(dst_db, table, columns), merge.upsert_statement(dst_db, table, columns),
+        key_at, merge.insert_statement(dst_db, table, columns),
+        merge.upsert_statement(dst_db, table, columns, (where or {}).get("entity")),
         merge.LOCK_CHUNK, merge.ANY_TOMBSTONE, merge.MARK_DONE, 5000, gate,
     )  # fmt: skip
     # an RDD of the numbers 0..n-1, one per partition: no Spark SQL planning or codegen
@@ -159,7 +165,7 @@ class TableCopy:
         (self.src_url, self.src_props), (self.dst_url, self.dst_props) = zones[args.source], zones[args.target]
         self.src_db, self.dst_db = self.src_url.rsplit("/", 1)[1], self.dst_url.rsplit("/", 1)[1]
         self.rows = self.done = 0
-        self.where = (getattr(args, "where", None) or {}).get(table)  # a stock copy's entity predicate
+        self.where = (getattr(args, "where", None) or {}).get(table)  # a stock copy's {where, entity}
 
     def run(self) -> dict:
         from zonesync.copy import chunks as chunk_plan

@@ -47,7 +47,9 @@ def notes_table(zones, meta):
     try:
         yield
     finally:
-        _each_zone(zones, "DROP TABLE IF EXISTS notes", "DELETE FROM zonesync.resident_admits")
+        _each_zone(zones, "DROP TABLE IF EXISTS notes", "DELETE FROM zonesync.resident_admits",
+                   "DELETE FROM zonesync.row_locks WHERE table_name = 'notes'",
+                   "DELETE FROM zonesync.tombstones WHERE table_name = 'notes'")  # fmt: skip
 
 
 def note_ids(inst, tenant: int | None = None) -> set[int]:

@@ -4,6 +4,7 @@ the stock copy's predicate and arguments, and which rows an applier keeps."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -12,7 +13,7 @@ from tests.support.resident import resident_rules
 from tests.support.rules import BASE
 from zonesync.apply.batch.resident import ResidentGate, resident_tables
 from zonesync.check.request import CheckRefused, CheckRequest
-from zonesync.copy.merge import select_statement
+from zonesync.copy.merge import select_statement, upsert_statement
 from zonesync.copy.request import CopyRefused, CopyRequest
 from zonesync.events import ChangeEvent
 from zonesync.migrate import resident
@@ -60,12 +61,43 @@ def test_the_stock_copy_reads_only_the_entities_rows():
     sql = select_statement("app", "notes", ["note_id", "tenant_id", "_zs_version"], ["note_id"], [1], [100],
                            predicates["notes"])  # fmt: skip
     assert sql.endswith("AND (`tenant_id` IS NOT NULL AND `tenant_id` IN ('7', '9'))"), sql
+    spec = resident.stock_spec(resident_rules(), predicates)
+    assert spec == {"notes": {"where": predicates["notes"], "entity": "tenant_id"}}
     args = parse_args(["--run-id", "r.stock", "--source", "a", "--target", "b", "--table", "notes", "--output", "/x",
-                       "--zone", "a=jdbc:mysql://h/db", "--where-json", '{"notes": "(tenant_id = 7)"}'])  # fmt: skip
-    assert args.where == {"notes": "(tenant_id = 7)"}
+                       "--zone", "a=jdbc:mysql://h/db", "--where-json", json.dumps(spec)])  # fmt: skip
+    assert args.where == spec
 
 
-@pytest.mark.parametrize("where", ["{not json", '["a"]', '{"notes": ""}'])
+def test_the_stock_copy_never_overwrites_another_entitys_row_with_its_key():
+    """S004-36 in the stock copy: its upsert replaces a target row only when it is newer and
+    of the same entity (MySQL's <=>: NULLs compare equal); the version too."""
+    sql = upsert_statement("app", "notes", ["note_id", "tenant_id", "body", "_zs_version"], "tenant_id")
+    same = "VALUES(`_zs_version`) > `_zs_version` AND `tenant_id` <=> VALUES(`tenant_id`)"
+    assert f"`body` = IF({same}, VALUES(`body`), `body`)" in sql
+    assert sql.endswith("`_zs_version` = IF(TRUE AND `tenant_id` <=> VALUES(`tenant_id`), "
+                        "GREATEST(`_zs_version`, VALUES(`_zs_version`)), `_zs_version`)"), sql  # fmt: skip
+    assert "<=>" not in upsert_statement("app", "notes", ["note_id", "body", "_zs_version"])  # the full copy's
+
+
+def test_an_applier_locks_an_admitted_row_that_meets_another_entitys_row_with_its_key():
+    """S004-36 in the stream: in copy mode a resident row is decided by version alone, but a
+    target row of another entity with the same key is locked, never overwritten; the same
+    entity's older row is upserted as before."""
+    from tests.support.events import change_event
+    from zonesync.apply.batch.decide import LOCK, UPSERT, decide
+    from zonesync.apply.batch.merge import merge
+
+    def note(tenant: int, version: int) -> dict:
+        return {"note_id": 5, "tenant_id": tenant, "body": "x", "_zs_origin": 1, "_zs_version": version}
+
+    (insert,) = merge([change_event(lsn=1, op="insert", table="notes", pk={"note_id": 5}, version=9, new=note(7, 9))])
+    other = decide(insert, note(9, 3), None, False, True, "tenant_id")
+    assert other.kind == LOCK and "belongs to another entity (tenant_id 9, the change's 7)" in other.reason
+    assert decide(insert, note(7, 3), None, False, True, "tenant_id").kind == UPSERT
+    assert decide(insert, note(9, 3), None, False, True).kind == UPSERT  # (a full copy's table: version alone)
+
+
+@pytest.mark.parametrize("where", ["{not json", '["a"]', '{"notes": ""}', '{"notes": {"where": "x"}}'])
 def test_bad_stock_predicates_are_refused(where, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--run-id", "r", "--source", "a", "--target", "b", "--table", "notes", "--output", "/x",

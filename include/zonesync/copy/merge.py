@@ -92,12 +92,17 @@ def insert_statement(app_db: str, table: str, columns: list[str]) -> str:
     )
 
 
-def upsert_statement(app_db: str, table: str, columns: list[str]) -> str:
-    """The version-guarded upsert of one copied row whose key the target holds (pure)."""
+def upsert_statement(app_db: str, table: str, columns: list[str], entity_column: str | None = None) -> str:
+    """The version-guarded upsert of one copied row whose key the target holds (pure).
+    With `entity_column` (a migration's stock copy of a resident table), a target row of
+    another entity is never overwritten, whatever its version (S004-36: the copied row is
+    then missing at the target, and the migration's verify names it)."""
     cols = landing_columns(columns)
-    newer = f"VALUES({q(VERSION)}) > {q(VERSION)}"
+    same = f" AND {q(entity_column)} <=> VALUES({q(entity_column)})" if entity_column else ""
+    newer = f"VALUES({q(VERSION)}) > {q(VERSION)}{same}"
     sets = [f"{q(c)} = IF({newer}, VALUES({q(c)}), {q(c)})" for c in cols[:-1]]
-    sets.append(f"{q(VERSION)} = GREATEST({q(VERSION)}, VALUES({q(VERSION)}))")
+    version = f"GREATEST({q(VERSION)}, VALUES({q(VERSION)}))"
+    sets.append(f"{q(VERSION)} = " + (f"IF(TRUE{same}, {version}, {q(VERSION)})" if same else version))
     return f"{insert_statement(app_db, table, columns)} ON DUPLICATE KEY UPDATE {', '.join(sets)}"
 
 

@@ -26,6 +26,9 @@ from __future__ import annotations
 
 from zonesync.check.request import entity_tables
 from zonesync.check.sql import entity_predicate
+from zonesync.copy.chunks import check_copyable as copyable
+from zonesync.copy.request import CopyRefused
+from zonesync.migrate.request import MigrationRefused
 from zonesync.rules.model import RuleSet
 from zonesync.sql_names import quote
 
@@ -36,6 +39,24 @@ def tables(rules: RuleSet, entities: dict[str, list[str]]) -> dict[str, str]:
     """{resident table: the SQL predicate of the LEs' rows} (none: nothing resident moves)."""
     resident = rules.resident_tables()
     return {name: entity_predicate(resident[name], entities) for name in entity_tables(resident, set(entities))}
+
+
+def stock_spec(rules: RuleSet, predicates: dict[str, str]) -> dict[str, dict]:
+    """The stock copy's --where-json: {table: {where: its predicate, entity: its entity column}}."""
+    return {t: {"where": w, "entity": rules.tables[t].entity.column} for t, w in predicates.items()}
+
+
+def check_copyable(conn, predicates: dict[str, str], zone: str) -> None:
+    """MigrationRefused naming a resident table the stock copy (the full copy's job) cannot
+    take in this zone: missing, no integer primary key, or other unique keys."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT DATABASE()")
+        (schema,) = cur.fetchone()
+    for table in sorted(predicates):
+        try:
+            copyable(conn, schema, table, zone)
+        except CopyRefused as exc:
+            raise MigrationRefused(f"{exc} (a resident table moves by the full copy's statements)") from None
 
 
 def count(conn, predicates: dict[str, str]) -> int:

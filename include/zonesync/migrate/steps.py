@@ -184,11 +184,15 @@ def stock_run_id(run_id: str) -> str:
     return f"{run_id}.stock"
 
 
-def _resident_tables(ctx: MigrationContext, run: Migration) -> dict[str, str]:
+def _rules(ctx: MigrationContext):
     found = MetaStore(ctx.meta).rules_at()
     if found is None:
         raise MigrationError("no rules version: publish rules first")
-    return resident.tables(found[1], run.entities)
+    return found[1]
+
+
+def _resident_tables(ctx: MigrationContext, run: Migration) -> dict[str, str]:
+    return resident.tables(_rules(ctx), run.entities)
 
 
 def _before_the_copy(run: Migration, step: str) -> None:
@@ -222,10 +226,13 @@ def admit(ctx: MigrationContext) -> dict:
     stock copy's Spark job needs ({tables: '' when nothing resident moves})."""
     run = _running(ctx)
     _before_the_copy(run, "admit")
-    predicates = _resident_tables(ctx, run)
+    rules = _rules(ctx)
+    predicates = resident.tables(rules, run.entities)
+    for zone in (run.source_zone, run.target_zone):  # what the stock copy (the full copy's job) can take
+        _with(ctx, zone, lambda conn, zone=zone: resident.check_copyable(conn, predicates, zone))
     stock = {"run_id": stock_run_id(run.run_id), "source": run.source_zone, "target": run.target_zone,
              "zones": f"{run.source_zone},{run.target_zone}", "tables": ",".join(predicates),
-             "where": json.dumps(predicates)}  # fmt: skip
+             "where": json.dumps(resident.stock_spec(rules, predicates))}  # fmt: skip
     if predicates and not _with(ctx, run.target_zone, lambda conn: resident.admitted(conn, run.run_id)):
         _with(ctx, run.target_zone, lambda conn: resident.purge(conn, predicates))  # left by a crashed rollback
         _with(ctx, run.target_zone, lambda conn: resident.admit(conn, run.run_id, run.source_zone, run.les))

@@ -16,6 +16,7 @@ from tests.support.resident import note_ids, note_rows, notes_table, server_time
 from zonesync.apply.batch.resident import HEAD
 from zonesync.apply.tools.progress import is_applied
 from zonesync.capture.binlog import binlog_end
+from zonesync.check.steps import CUT_GRACE_US
 from zonesync.dal import EntityWriteStopped, WrongZone
 from zonesync.meta import guards
 from zonesync.meta.entities import EntityRegistry
@@ -203,42 +204,46 @@ def test_a_tenant_s_resident_rows_move_with_it_while_it_writes_and_leave_the_sou
     ctx = _ctx(zones, meta, "res-7")
     writer = NoteWriter(ga, 20_000)
     writer.thread.start()
-    wait_until(lambda: len(writer.live) >= 20 or writer.refused, 30, "a writes tenant 7's notes")
-    assert writer.refused is None, writer.refused
-    steps.preflight(ctx)
-    started = steps.admit(ctx)
-    assert started["tables"] == "notes" and "tenant_id" in started["where"], started
-    assert steps.admit(ctx) == started  # admitted once: a re-run changes nothing
-    cut_short = _stock(ctx, zones, tmp_path, started, stop_after=2)  # as if killed after two chunks
-    assert cut_short["notes"]["done"] == 2 < cut_short["notes"]["chunks"], cut_short
-    result = _stock(ctx, zones, tmp_path, started)  # the re-run lands only the chunks not done
-    assert result["notes"]["done"] == result["notes"]["chunks"] and result["notes"]["orphans"] is None, result
-    assert cut_short["notes"]["rows"] + result["notes"]["rows"] >= 2_000, (cut_short, result)
-    report = _verify(ctx, zones, tmp_path)  # writes go on: rows in flight excused
-    assert report["differ"] == 0 and report["tables"] == 2, report  # orders and notes
-    steps.stop_write(ctx)
-    writer.thread.join(30)
-    steps.sync_position(ctx)
-    wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
-    counts = steps.final_check(ctx)
-    expected = note_ids(zones["a"], 7)
-    assert counts["notes"]["a"] == counts["notes"]["b"] == len(expected) >= 2_000, counts
-    steps.flip(ctx)
-    run = steps.lift(ctx)
-    assert run.status == "succeeded", run
-    assert note_ids(zones["b"], 7) == expected
-    purged = steps.release(ctx)
-    assert purged == {"notes": len(expected)}, purged
-    assert note_ids(zones["a"]) == {500} and note_ids(zones["b"]) == expected
-    with zones["b"].connect("zonesync_app") as conn:
-        assert not resident.admitted(conn, "res-7")
-    guards.wait_acks(meta, run.lift_version, {"a", "b"}, 10)
-    _note(gb, 30_000, 7)
-    with pytest.raises(WrongZone):
-        _note(ga, 30_001, 7)
-    _applied_everywhere(meta, zones, "b")
-    assert note_ids(zones["a"]) == {500} and note_ids(zones["c"]) == set()
-    assert note_ids(zones["b"], 7) == expected | {30_000}
+    try:
+        wait_until(lambda: len(writer.live) >= 20 or writer.refused, 30, "a writes tenant 7's notes")
+        assert writer.refused is None, writer.refused
+        steps.preflight(ctx)
+        started = steps.admit(ctx)
+        assert started["tables"] == "notes" and "tenant_id" in started["where"], started
+        assert steps.admit(ctx) == started  # admitted once: a re-run changes nothing
+        cut_short = _stock(ctx, zones, tmp_path, started, stop_after=2)  # as if killed after two chunks
+        assert cut_short["notes"]["done"] == 2 < cut_short["notes"]["chunks"], cut_short
+        result = _stock(ctx, zones, tmp_path, started)  # the re-run lands only the chunks not done
+        assert result["notes"]["done"] == result["notes"]["chunks"] and result["notes"]["orphans"] is None, result
+        assert cut_short["notes"]["rows"] + result["notes"]["rows"] >= 2_000, (cut_short, result)
+        report = _verify(ctx, zones, tmp_path)  # writes go on: rows in flight excused
+        assert report["differ"] == 0 and report["tables"] == 2, report  # orders and notes
+        steps.stop_write(ctx)
+        writer.thread.join(30)
+        steps.sync_position(ctx)
+        wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
+        counts = steps.final_check(ctx)
+        expected = note_ids(zones["a"], 7)
+        assert counts["notes"]["a"] == counts["notes"]["b"] == len(expected) >= 2_000, counts
+        steps.flip(ctx)
+        run = steps.lift(ctx)
+        assert run.status == "succeeded", run
+        assert note_ids(zones["b"], 7) == expected
+        purged = steps.release(ctx)
+        assert purged == {"notes": len(expected)}, purged
+        assert note_ids(zones["a"]) == {500} and note_ids(zones["b"]) == expected
+        with zones["b"].connect("zonesync_app") as conn:
+            assert not resident.admitted(conn, "res-7")
+        guards.wait_acks(meta, run.lift_version, {"a", "b"}, 10)
+        _note(gb, 30_000, 7)
+        with pytest.raises(WrongZone):
+            _note(ga, 30_001, 7)
+        _applied_everywhere(meta, zones, "b")
+        assert note_ids(zones["a"]) == {500} and note_ids(zones["c"]) == set()
+        assert note_ids(zones["b"], 7) == expected | {30_000}
+    finally:
+        writer.stopped.set()  # (ends by itself at the stop-write; here also when the test fails early)
+        writer.thread.join(30)
 
 
 def test_a_rolled_back_migration_purges_the_target_s_partial_copy(notes, cluster, guard_env, zones, meta, tmp_path):
@@ -305,3 +310,49 @@ def _plan2(guard_env, zones, meta, tmp_path) -> None:
     assert steps.release(ctx) == {"notes": 51}
     assert note_ids(zones["b"], 7) == set(range(1, 52)) and note_ids(zones["a"], 7) == set()
     assert note_rows(zones["b"], 7) == at_source  # the same instants and wall times, read under '+00:00'
+
+
+def test_a_tenant_s_row_meeting_another_tenant_s_row_with_its_key_is_never_overwritten(
+    notes, cluster, guard_env, zones, meta, tmp_path
+):
+    """S004-36 (the seed's ODKU lesson) in a migration: note 5000 is tenant 7's in a and
+    tenant 409's in b (keys not unique across zones). The stock copy does not overwrite b's
+    row, the stream's update of it is locked (an alert), verify names the row before
+    anything is stopped, and the rollback leaves tenant 409's note as it was."""
+    ga, gb = guard_env("a"), guard_env("b")
+    version = EntityRegistry(meta).register_biz("tenant", "409", "b", [("tenant", "409")], "test: tenant 409 in b")
+    guards.wait_acks(meta, version, {"a", "b"}, 10)
+    _note(ga, 5000, 7, "tenant 7's")
+    _note(ga, 5001, 7)
+    _note(gb, 5000, 409, "tenant 409's")
+    ctx = _ctx(zones, meta, "odku-7")
+    steps.preflight(ctx)
+    _stock(ctx, zones, tmp_path, steps.admit(ctx))
+    with ga.transaction() as tx:
+        tx.update("notes", {"note_id": 5000}, {"body": "tenant 7's, changed"})
+    written = time.time()
+    wait_until(lambda: alerts(meta, "b", "row_locked"), 30, "b locks note 5000 instead of overwriting it")
+    time.sleep(max(0.0, written + CUT_GRACE_US / 1e6 + 0.1 - time.time()))  # older than verify's cut: not in flight
+    with pytest.raises(steps.MigrationError, match=r"verify: 1 rows differ, e\.g\. \['notes\[5000\]"):
+        _verify(ctx, zones, tmp_path)
+    steps.rollback(ctx, "test")
+    assert note_rows(zones["b"], 409)[0][:2] == (5000, "tenant 409's") and note_ids(zones["b"]) == {5000}
+    assert note_rows(zones["a"], 7)[0][:2] == (5000, "tenant 7's, changed")
+
+
+def test_a_resident_table_the_stock_copy_cannot_take_is_refused_before_anything_moves(notes, guard_env, zones, meta):
+    """A unique key besides the primary key (the copy's version-guarded upsert could meet
+    another row through it): admit refuses in one line naming the table and the key, and
+    admits nothing in b."""
+    guard_env("a")
+    with zones["a"].connect("zonesync_app") as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("ALTER TABLE notes ADD COLUMN tag VARCHAR(16) NULL, ADD UNIQUE KEY uk_notes_tag (tenant_id, tag)")
+    ctx = _ctx(zones, meta, "uk-7")
+    steps.preflight(ctx)
+    refused = r"^tables: notes has unique keys besides its primary key \(uk_notes_tag\).* \(a resident table moves"
+    with pytest.raises(MigrationRefused, match=refused):
+        steps.admit(ctx)
+    with zones["b"].connect("zonesync_app") as conn:
+        assert not resident.admitted(conn, "uk-7")
+    steps.rollback(ctx, "test")

@@ -73,8 +73,10 @@ a mismatch, so the version alone decides: a change at or below the target row's
 version (or, with no row, its tombstone's) is skipped; otherwise it lands as its full
 new row (an upsert, whatever its first event was: an insert, an update, or an insert
 meeting a row), or, when it ends in a delete, as a delete of the target row and its
-tombstone (a tombstone only when the target lacks the row). Never a wait, never a new
-lock (a row already locked stays held). The copy writes the same rows on other
+tombstone (a tombstone only when the target lacks the row). Never a wait, and no new
+lock (a row already locked stays held) except for a resident table's row that meets
+another entity's row with its key at the target (a migration's rows moving into a zone
+whose own rows share keys with them): locked, never overwritten. The copy writes the same rows on other
 connections meanwhile, so the statements are version-guarded too (write_plan.py).
 """
 
@@ -102,13 +104,23 @@ _DELETED = Action(SKIP, "row was deleted at this version or a newer one")
 
 
 def decide(
-    change: NetChange, target: dict | None, tombstone_version: int | None, locked: bool, copying: bool = False
+    change: NetChange,
+    target: dict | None,
+    tombstone_version: int | None,
+    locked: bool,
+    copying: bool = False,
+    entity_column: str | None = None,
 ) -> Action:
     """`target` is the encoded target row (None when absent); `copying`: the table is in
-    copy mode (see "Copy mode" above)."""
+    copy mode (see "Copy mode" above); `entity_column`: a resident table's (resident.py),
+    whose rows in copy mode must also be the change's entity's (see "Copy mode")."""
     if locked:
         return _LOCKED
     if copying:
+        if target is not None and entity_column is not None:
+            other = _another_entitys_row(change, target, entity_column)
+            if other is not None:
+                return other
         return _by_version_only(change, target, tombstone_version)
     if change.later is not None:  # merged: judged from where the target stands inside it
         inside = _inside(change, target, tombstone_version)
@@ -138,6 +150,18 @@ def decide(
         diff = _diff(target, change.old)
         return Action(LOCK, f"{change.first_op}: target row differs from the event's old row in {diff}")
     return final
+
+
+def _another_entitys_row(change: NetChange, target: dict, column: str) -> Action | None:
+    """A resident table in copy mode (a migration's stock and stream meet at the target): a
+    target row of another entity with this key is not an older version of this row, and a
+    version-only upsert would overwrite it (S004-36, the seed's ODKU lesson). Locked."""
+    first = change.first_event
+    image = first.new if first.op == INSERT or first.old is None else first.old
+    if image is None or target.get(column) == image.get(column):
+        return None
+    return Action(LOCK, f"the target's row with this key belongs to another entity ({column} "
+                        f"{target.get(column)!r}, the change's {image.get(column)!r}): never overwritten")  # fmt: skip
 
 
 def _by_version_only(change: NetChange, target: dict | None, tombstone_version: int | None) -> Action:

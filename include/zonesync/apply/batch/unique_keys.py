@@ -59,6 +59,7 @@ from zonesync.apply.batch.batch_result import BatchResult
 from zonesync.apply.batch.decide import DELETE_ROW, LOCK, SKIP, UPSERT, WAIT, Action, decide
 from zonesync.apply.batch.literals import literal_function
 from zonesync.apply.batch.merge import NetChange, merge
+from zonesync.apply.batch.resident import ResidentGate
 from zonesync.apply.batch.statements import guarded_deletes, inserts, key_condition, q, send_numbered, upserts
 from zonesync.apply.bookkeeping import apply_state, row_locks, tombstones
 from zonesync.apply.errors import BEHIND, UNIQUE, PartitionsStopped, Stop
@@ -73,6 +74,7 @@ class SerialWriter(Protocol):
 
     expired_waits: set[tuple[str, int, int]]
     copying: frozenset[str]  # tables in copy mode (decide.py, "Copy mode")
+    resident: ResidentGate  # resident tables: their entity column (decide.py, "Copy mode")
 
     def rollback(self, conn) -> None: ...
 
@@ -173,7 +175,8 @@ def _attempt(writer: SerialWriter, conn, changes, positions, stops) -> BatchResu
                 last[(source, e.partition)] = e.lsn
             state = rows[(e.table, change.pk_text)]
             copying = e.table in writer.copying
-            action = decide(change, state[0], state[1], state[2], copying)
+            entity_column = writer.resident.tables.get(e.table, (None, None))[1]
+            action = decide(change, state[0], state[1], state[2], copying, entity_column)
             if action.kind == WAIT:
                 if (source, e.partition, e.lsn) not in writer.expired_waits:
                     raise _Wait(source, e, action.reason)

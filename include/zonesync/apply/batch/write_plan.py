@@ -52,6 +52,7 @@ def plan_writes(
     result: BatchResult,
     copying: bool = False,
     other_unique_keys: bool = False,
+    entity_column: str | None = None,
 ) -> list[str]:
     """The write statements (not yet sent) for these changes of one table, given the
     target rows, tombstones and locks target_rows.read found for their keys. `copying`:
@@ -67,7 +68,7 @@ def plan_writes(
     for change, key in zip(changes, keys, strict=True):
         target = targets.get(change.pk_text)
         locked = change.pk_text in locks
-        action = decide(change, target, tombstone_versions.get(change.pk_text), locked, copying)
+        action = decide(change, target, tombstone_versions.get(change.pk_text), locked, copying, entity_column)
         if action.kind == WAIT:
             raise WaitForVersions(f"{table} {change.pk_text}: {action.reason}")
         if action.kind in (SKIP, LOCK):

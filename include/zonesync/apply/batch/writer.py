@@ -314,9 +314,9 @@ class ZoneWriter:
         else:
             self._marked.discard(table)
         unique = copying and self.other_unique_keys(cur, table)
-        return plan_writes(
-            lit, source_zone, table, pk_cols, changes, keys, targets, tombstone_versions, locks, result, copying, unique
-        )
+        entity_column = self.resident.tables.get(table, (None, None))[1]
+        return plan_writes(lit, source_zone, table, pk_cols, changes, keys, targets, tombstone_versions, locks, result,
+                           copying, unique, entity_column)  # fmt: skip
 
     def other_unique_keys(self, cur, table: str) -> bool:
         """Whether the table has a unique key besides its primary key (looked up once)."""
