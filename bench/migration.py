@@ -31,6 +31,7 @@ from zonesync.dal.errors import WrongZone
 from zonesync.dev import env as dev_env
 from zonesync.dev.stack import full_stack
 from zonesync.meta.entities import EntityRegistry
+from zonesync.meta.guards import wait_acks
 from zonesync.migrate.store import MigrationStore
 
 MIGRATIONS = int(os.environ.get("ZONESYNC_BENCH_MIGRATIONS", 10))
@@ -163,7 +164,9 @@ def run(env: BenchEnv) -> list[Row]:
         _resident_notes(cfg, meta)
         guards = {z: Guard(meta, z, ZoneDB("127.0.0.1", zone_port[z], "root", "", "zonesync_app"), period=1.0).start()
                   for z in ("a", "b")}  # fmt: skip
-        EntityRegistry(meta).register_biz("tenant", str(TENANT), "a", [("tenant", str(TENANT))], "bench: tenant 7")
+        version = EntityRegistry(meta).register_biz("tenant", str(TENANT), "a", [("tenant", str(TENANT))],
+                                                    "bench: tenant 7")  # fmt: skip
+        wait_acks(meta, version, {"a", "b"}, 30)  # a resident row needs its entity registered where it is written
         started = time.monotonic()
         _load_rows(guards["a"])
         print(f"tenant {TENANT}: {ROWS} resident notes written in a in {time.monotonic() - started:.0f} s")
