@@ -6,7 +6,8 @@ tests/integration/migrate/test_migration_steps.py; here: the wiring. The happy p
 ends with the tenant writable in the target only, its resident rows (the stock copy's
 Spark job) there and gone from the source; a row that differs fails verify before
 anything is stopped, the rollback ends the run and the tenant stays writable where it
-was; a target that does not catch up fails the cutover after its deferral and rolls back;
+was; a plan2 target that does not catch up (stopped first, verify skipped) fails the cutover
+after its deferral and rolls back;
 a stop-write gate that stays closed defers, times out and rolls back with nothing stopped;
 bad params are refused before any task runs.
 """
@@ -139,21 +140,23 @@ def _accepted(guard, order_id: int) -> bool:
     return True
 
 
-def test_a_target_that_never_catches_up_fails_the_cutover_and_rolls_back(tenant7, cluster, meta, dag):
-    """applier-b stopped once the stop-write is acked: b never applies a's stream up to P;
-    the cutover waits in the worker, defers, times out in its trigger, and the rollback
-    leaves tenant 7 writable in a."""
+def test_a_plan2_target_that_never_catches_up_fails_the_cutover_and_rolls_back(tenant7, cluster, meta, dag):
+    """plan2 (stop_first stops tenant 7 before anything is copied; verify skipped: the final
+    check compares with writes stopped). applier-b stopped once the stop-write is acked: b
+    never applies a's stream up to P; the cutover waits in the worker, defers, times out in
+    its trigger, and the rollback leaves tenant 7 writable in a."""
     ga, _ = tenant7
     stopper = threading.Thread(target=_stop_applier_after_the_stop, args=(meta, cluster, ga), daemon=True)
     stopper.start()
     try:
-        run = dag.test(run_conf={**CONF, "sync_timeout_s": 7, "max_txn_ms": 3000})
+        run = dag.test(run_conf={**CONF, "mode": "plan2", "sync_timeout_s": 7, "max_txn_ms": 3000})
     finally:
         stopper.join(120)
         cluster.start(which=("applier",), zones=("b",))
     states = _states(run)
     assert run.state == "failed" and states["cutover"] == "failed" and states["rollback"] == "success", states
-    assert states["report"] == "upstream_failed", states
+    assert states["stop_first"] == "success" and states["verify_check"] == "skipped", states
+    assert states["verify"] == states["gate"] == "success" and states["report"] == "upstream_failed", states
     mig = MigrationStore(meta).require(run.run_id)
     assert mig.status == ROLLED_BACK and mig.position is not None, mig
     assert "synced: zone b did not apply zone a's stream up to P within 7 s" in mig.detail, mig.detail
