@@ -33,7 +33,10 @@ from zonesync.migrate.store import FAILED, ROLLED_BACK, SUCCEEDED, MigrationStor
 pytestmark = [pytest.mark.dags, pytest.mark.integration]
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "le_migration.py"
-CONF = {"tenant": "7", "to_zone": "b", "reason": "dag test", "ack_timeout_s": 5.0}
+# every param a test changes, at its default: dag.test(run_conf=...) leaves a run's conf in
+# the module's DAG object's params, so a later test would inherit what it did not name
+CONF = {"tenant": "7", "to_zone": "b", "reason": "dag test", "ack_timeout_s": 5.0, "mode": "plan1",
+        "sync_timeout_s": 120.0, "max_txn_ms": 500, "stop_window_utc": "", "gate_timeout_s": 3600.0}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
