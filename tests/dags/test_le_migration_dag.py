@@ -59,6 +59,7 @@ def tenant7(airflow_db, cluster, guard_env, meta):
     yield ga, gb
     meta.run("DELETE FROM migrations")
     meta.run("DELETE FROM locating_entities WHERE le_type IN ('tenant', 'chat')")
+    meta.run("DELETE FROM biz_entities WHERE be_type = 'tenant' AND be_id = '8'")  # (the resident test's)
 
 
 def _states(run) -> dict[str, str]:

@@ -438,7 +438,10 @@ class _Writer:
     """Stands in for ZoneWriter: records what it commits; fails the batch holding `fail_lsn`."""
 
     def __init__(self, committed: list, fail_lsn: int):
+        from zonesync.apply.batch.resident import ResidentGate
+
         self.committed, self.fail_lsn = committed, fail_lsn
+        self.resident = ResidentGate()  # (the applier hands it the rules' resident tables)
 
     def apply_many(self, changes, positions):
         from zonesync.apply.batch.batch_result import BatchResult
