@@ -37,10 +37,12 @@ def _conf(args) -> dict | str:
         parse_window(args.stop_window)
     except GateSpecError as exc:
         return "--stop-window" + str(exc).removeprefix("stop_window_utc")
-    for flag, value in (("--max-lag-s", args.max_lag_s), ("--gate-timeout", args.gate_timeout - 1),
-                        ("--plan2-max-rows", args.plan2_max_rows)):  # fmt: skip
-        if value < 0:
-            return f"{flag}: must not be negative" if flag != "--gate-timeout" else f"{flag}: at least 1 (seconds)"
+    bounds = (("--max-lag-s", args.max_lag_s, 0, "must not be negative"),
+              ("--gate-timeout", args.gate_timeout, 1, "at least 1 (seconds)"),
+              ("--plan2-max-rows", args.plan2_max_rows, 0, "must not be negative"))  # fmt: skip
+    for flag, value, least, words in bounds:
+        if value < least:
+            return f"{flag}: {words}"
     req = MigrationRequest("tenant", args.tenant, args.to_zone, args.mode, args.reason)
     try:
         movable(common.meta(), req)

@@ -249,6 +249,11 @@ def _airflow_ready(cfg: EnvConfig, running: dict[str, procs.Managed]) -> bool:
                     f"airflow {process} exited during start-up ({what}): see {cfg.log_dir / (process + '.log')}"
                 )
         return False
+    return _all_healthy(doc)
+
+
+def _all_healthy(doc: dict) -> bool:
+    """Whether Airflow's health document says every part we run is healthy."""
     parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
     return all((doc.get(p) or {}).get("status") == "healthy" for p in parts)
 
@@ -354,11 +359,10 @@ def _settled_airflow_health(cfg: EnvConfig, grace_s: float = 45.0) -> dict:
     api-server can miss one probe, and a scheduler's heartbeat can be late once, right
     after `dev up`; a status that says "unhealthy" for a moment's stall is a wrong answer.
     A dead process is not waited for: it shows as crashed at once."""
-    parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
     deadline = time.monotonic() + grace_s
     while True:
         doc = airflow_env.health(cfg) or {}
-        if all((doc.get(p) or {}).get("status") == "healthy" for p in parts):
+        if _all_healthy(doc):
             return doc
         alive = [procs.read(cfg.run_dir, p) for p in airflow_env.PROCESSES]
         if time.monotonic() >= deadline or not all(m is not None and m.alive() for m in alive):

@@ -16,7 +16,8 @@ from __future__ import annotations
 import datetime
 import re
 
-FRESH_S = 10
+from zonesync.copy.throttle import FRESH_S  # the age past which a lag report is not current
+
 WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
 

@@ -79,12 +79,18 @@ def admitted(conn, run_id: str) -> bool:
     return n > 0
 
 
+def _move_head(cur) -> None:
+    """Open the admits' change: one transaction (whatever the connection's autocommit) that
+    first moves the head, so it waits for every applier transaction in flight that read it."""
+    cur.execute("START TRANSACTION")
+    cur.execute("UPDATE zonesync.resident_admits_head SET version = version + 1 WHERE id = 1")
+
+
 def admit(conn, run_id: str, source_zone: str, les: list[tuple[str, str]]) -> None:
     """The LEs admitted in this zone from `source_zone`, in one transaction that moves the
     admits' head: it waits for every applier transaction in flight that read the head."""
     with conn.cursor() as cur:
-        cur.execute("START TRANSACTION")  # one transaction, whatever the connection's autocommit
-        cur.execute("UPDATE zonesync.resident_admits_head SET version = version + 1 WHERE id = 1")
+        _move_head(cur)
         cur.executemany(
             "INSERT INTO zonesync.resident_admits (le_type, le_id, source_zone, run_id) VALUES (%s, %s, %s, %s) "
             "ON DUPLICATE KEY UPDATE source_zone = VALUES(source_zone), run_id = VALUES(run_id), since = NOW(6)",
@@ -97,8 +103,7 @@ def withdraw(conn, run_id: str) -> int:
     """The run's admits withdrawn, the same way (once committed, no applier transaction
     still applying the LEs' rows is in flight); how many there were."""
     with conn.cursor() as cur:
-        cur.execute("START TRANSACTION")
-        cur.execute("UPDATE zonesync.resident_admits_head SET version = version + 1 WHERE id = 1")
+        _move_head(cur)
         n = cur.execute("DELETE FROM zonesync.resident_admits WHERE run_id = %s", (run_id,))
     conn.commit()
     return n

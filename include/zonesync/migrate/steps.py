@@ -184,10 +184,10 @@ def stock_run_id(run_id: str) -> str:
     return f"{run_id}.stock"
 
 
-def _rules(ctx: MigrationContext):
+def _rules(ctx: MigrationContext, step: str | None = None):
     found = MetaStore(ctx.meta).rules_at()
     if found is None:
-        raise MigrationError("no rules version: publish rules first")
+        raise MigrationError(f"{step + ': ' if step else ''}no rules version: publish rules first")
     return found[1]
 
 
@@ -340,12 +340,9 @@ def final_check(ctx: MigrationContext) -> dict:
     run = _running(ctx)
     if run.phase not in ("synced", "verified"):
         raise MigrationError(f"final_check: the target is not proven synced (phase {run.phase}): run synced first")
-    meta = MetaStore(ctx.meta)
-    found = meta.rules_at()
-    if found is None:
-        raise MigrationError("final_check: no rules version: publish rules first")
-    counts, differ = le_sums.compare(found[1], run.entities, (run.source_zone, run.target_zone),
-                                         sorted(meta.zones().values()), ctx.zone_conn)  # fmt: skip
+    rules = _rules(ctx, "final_check")
+    counts, differ = le_sums.compare(rules, run.entities, (run.source_zone, run.target_zone),
+                                     sorted(MetaStore(ctx.meta).zones().values()), ctx.zone_conn)  # fmt: skip
     if differ:
         raise MigrationError(f"final_check: the LEs' rows differ: {'; '.join(differ)[:2000]} (`zonesync check "
                              f"--zones {run.source_zone},{run.target_zone}` names the rows)")  # fmt: skip
