@@ -28,6 +28,7 @@ REPLICATION_META = (
     "resend_requests",
     "alerts",
     "apply_lag",
+    "lag_samples",
     "capture_lag",
     "change_topics",
 )

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2] / "include"
 PACKAGE = ROOT / "zonesync"
 # Lower layers may not import these (they sit on top: they build and run the others).
-TOP = ("zonesync.cli", "zonesync.dev", "zonesync.runtime.workers", "zonesync.repartition")
+TOP = ("zonesync.cli", "zonesync.console", "zonesync.dev", "zonesync.runtime.workers", "zonesync.repartition")
 LOWER = ("zonesync.events", "zonesync.meta", "zonesync.rules", "zonesync.dal", "zonesync.capture", "zonesync.apply")
 # Known long functions and why (checked: each must still exist and still be long).
 LONG_ALLOWED = {

@@ -26,6 +26,7 @@ from zonesync.cli import (
     migrate,
     replication,
     rules,
+    runs,
     switch,
     tags,
     workers,
@@ -35,7 +36,7 @@ from zonesync.cli.common import fail
 
 # in the order `zonesync --help` lists them
 GROUPS = (dev, meta, rules, tags, entity, kv, guards, workers, replication, binlog, locks, switch, copy, check, migrate,
-          zones)  # fmt: skip
+          zones, runs)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,21 +25,20 @@ def _names(values) -> tuple[str, ...]:
     return tuple(n for value in values or () for n in value.split(",") if n)
 
 
-def _conf(args) -> dict | str:
-    from zonesync.check.request import CheckRefused, CheckRequest, check_shape
+_FLAGS = {"rows": "--no-rows"}
 
-    req = CheckRequest(_names(args.zones), _names(args.tables), args.chunk_rows, not args.no_rows, args.repair,
-                       args.reason)  # fmt: skip
+
+def _conf(args) -> dict | str:
+    """The DAG's conf (console.actions, as the HTTP API builds it), or "--flag: why"."""
+    from zonesync.console.actions import Refused, check_conf
+
+    body = {"zones": _names(args.zones), "tables": _names(args.tables), "chunk_rows": args.chunk_rows,
+            "rows": not args.no_rows, "repair": args.repair, "reason": args.reason,
+            "parallel": args.parallel}  # fmt: skip
     try:
-        check_shape(req)
-    except CheckRefused as exc:  # "field: why" -> "--flag: why"
-        field, _, why = str(exc).partition(": ")
-        flag = {"rows": "--no-rows", "chunk_rows": "--chunk-rows"}.get(field, f"--{field}")
-        return f"{flag}: {why}"
-    if not 1 <= args.parallel <= 256:
-        return f"--parallel: {args.parallel} is out of range; use 1..256"
-    return {"zones": list(req.zones), "tables": list(req.tables), "chunk_rows": req.chunk_rows, "rows": req.rows,
-            "repair": req.repair, "reason": req.reason, "parallel": args.parallel}  # fmt: skip
+        return check_conf(body, [])
+    except Refused as exc:
+        return common.flag_error(exc, _FLAGS)
 
 
 def cmd_check(args) -> int:

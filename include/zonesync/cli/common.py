@@ -17,6 +17,13 @@ def fail(message: str, prefix: str = "zonesync") -> int:
     return 2
 
 
+def flag_error(refused: Exception, flags: dict[str, str]) -> str:
+    """A request's "field: why" as "--flag: why" (the flag is --field with dashes, unless
+    `flags` names it)."""
+    field, _, why = str(refused).partition(": ")
+    return f"{flags.get(field, '--' + field.replace('_', '-'))}: {why}"
+
+
 def meta():
     """The meta store (ZONESYNC_META_URL)."""
     from zonesync.meta.db import MetaConfig

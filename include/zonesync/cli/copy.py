@@ -18,29 +18,24 @@ def _fail(message: str) -> int:
     return common.fail(message, "zonesync copy")
 
 
+_FLAGS = {"from_zone": "--from", "to_zone": "--to"}
+
+
 def _conf(args) -> dict | str:
-    from zonesync.copy.request import CopyRefused, CopyRequest, check_shape
+    """The DAG's conf (console.actions, as the HTTP API builds it), or "--flag: why"."""
+    from zonesync.console.actions import Refused, copy_conf
 
     missing = [flag for flag, value in (("--from", args.from_zone), ("--to", args.to_zone), ("--reason", args.reason))
                if not value]  # fmt: skip
     if missing:
         return f"{', '.join(missing)} required (example: --from a --to b --reason 'rebuild b after disk loss')"
-    tables = tuple(t for value in args.tables or () for t in value.split(",") if t)
-    req = CopyRequest(args.from_zone, args.to_zone, tables, args.mode, args.reason, args.chunk_rows)
+    tables = [t for value in args.tables or () for t in value.split(",") if t]
+    body = {"from_zone": args.from_zone, "to_zone": args.to_zone, "tables": tables, "mode": args.mode,
+            "reason": args.reason, "chunk_rows": args.chunk_rows, "parallel": args.parallel}  # fmt: skip
     try:
-        check_shape(req)
-    except CopyRefused as exc:  # "field: why" -> "--flag: why"
-        field, _, why = str(exc).partition(": ")
-        return f"--{field.replace('_', '-')}: {why}"
-    return {
-        "from_zone": req.source_zone,
-        "to_zone": req.target_zone,
-        "tables": list(tables),
-        "mode": req.mode,
-        "reason": req.reason,
-        "chunk_rows": req.chunk_rows,
-        "parallel": args.parallel,
-    }
+        return copy_conf(body, [])
+    except Refused as exc:
+        return common.flag_error(exc, _FLAGS)
 
 
 def cmd_copy(args) -> int:

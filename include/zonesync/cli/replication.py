@@ -3,6 +3,7 @@ replication (the workers: workers.py; binlogs: binlog.py; locked rows: locks.py)
 
 from __future__ import annotations
 
+import json
 import sys
 
 from zonesync.cli import common
@@ -44,18 +45,15 @@ def cmd_lag(args) -> int:
 
 
 def cmd_alerts(args) -> int:
+    from zonesync.meta import alerts
 
-    conn = common.meta().connect()
-    with conn.cursor() as cur:
-        if args.ack:
-            cur.execute("UPDATE alerts SET acked = 1 WHERE id = %s", (args.ack,))
-            print(f"alert {args.ack} acknowledged" if cur.rowcount else f"no alert {args.ack}")
-            return 0
-        cur.execute("SELECT id, at, zone, kind, detail FROM alerts WHERE acked = 0 ORDER BY id")
-        rows = cur.fetchall()
-    conn.close()
-    for i, at, zone, kind, detail in rows:
-        print(f"#{i} {at} zone {zone} {kind}: {detail}")
+    if args.ack:
+        found = alerts.ack(common.meta(), args.ack)
+        print(f"alert {args.ack} acknowledged" if found else f"no alert {args.ack}")
+        return 0
+    rows = alerts.open_alerts(common.meta(), limit=10_000)
+    for a in rows:
+        print(f"#{a['id']} {a['at'][:26].replace('T', ' ')} zone {a['zone']} {a['kind']}: {json.dumps(a['detail'])}")
     if not rows:
         print("no open alerts")
     return 1 if rows else 0

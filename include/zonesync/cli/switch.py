@@ -18,29 +18,24 @@ def _fail(message: str) -> int:
     return common.fail(message, "zonesync switch")
 
 
+_FLAGS = {"from_zone": "--from", "to_zone": "--to"}
+
+
 def _conf(args) -> dict | str:
-    from zonesync.switch.plan import parse_zsids
+    """The DAG's conf (console.actions, as the HTTP API builds it), or "--flag: why"."""
+    from zonesync.console.actions import Refused, switch_conf
 
     missing = [flag for flag, value in (("--zsids", args.zsids), ("--from", args.from_zone), ("--to", args.to_zone),
                                          ("--reason", args.reason)) if not value]  # fmt: skip
     if missing:
         return f"{', '.join(missing)} required (example: --zsids 0-99 --from a --to b --reason 'move EU tenants')"
+    body = {"zsids": args.zsids, "from_zone": args.from_zone, "to_zone": args.to_zone, "reason": args.reason,
+            "ack_timeout_s": args.ack_timeout, "max_txn_ms": args.max_txn_ms, "lag_threshold_s": args.lag_threshold,
+            "sync_timeout_s": args.sync_timeout}  # fmt: skip
     try:
-        parse_zsids(args.zsids)
-    except ValueError as exc:
-        return f"--zsids: {exc}"
-    if args.from_zone == args.to_zone:
-        return f"--to: {args.to_zone!r} is also --from: a switch moves ZSIDs to a different zone"
-    return {
-        "zsids": args.zsids,
-        "from_zone": args.from_zone,
-        "to_zone": args.to_zone,
-        "reason": args.reason,
-        "ack_timeout_s": args.ack_timeout,
-        "max_txn_ms": args.max_txn_ms,
-        "lag_threshold_s": args.lag_threshold,
-        "sync_timeout_s": args.sync_timeout,
-    }
+        return switch_conf(body, [])
+    except Refused as exc:
+        return common.flag_error(exc, _FLAGS)
 
 
 def cmd_switch(args) -> int:

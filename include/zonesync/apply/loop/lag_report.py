@@ -58,6 +58,8 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, TopicPartition
 
+from zonesync.meta import lag_samples
+
 if TYPE_CHECKING:
     from zonesync.apply.loop.settings import ApplierSettings
     from zonesync.meta.db import MetaConfig
@@ -164,6 +166,7 @@ class LagReporter:
         self.meta_outage = meta_outage
         self.alert = alert
         self.warned: set[tuple[str, int]] = set()  # partitions past lag_warning_s, alerted once
+        self.pruned_at = 0.0  # when this applier last pruned its old lag samples
 
     def pending_ages(self) -> dict[tuple[str, int], float]:
         """Per partition, the age of the oldest pending message read, taken before a round
@@ -230,5 +233,11 @@ class LagReporter:
                     "VALUES(behind_seconds), updated_at = NOW(6)",
                     rows,
                 )
+                # the console's lag chart: one sample per source and 10 s, pruned now and then
+                at = time.time()
+                lag_samples.write(cur, lag_samples.samples(rows, at))
+                if at - self.pruned_at >= lag_samples.PRUNE_EVERY_S:
+                    self.pruned_at = at
+                    lag_samples.prune(cur, {(r[0], r[1]) for r in rows}, at)
         finally:
             conn.close()

@@ -1,0 +1,157 @@
+"""Switches, copies, checks and migrations as one list, newest first, with what the page
+and `zonesync runs` show of each: its state, what it moves or compares, its write-blocked
+(switch) or stop-write (migration) window, and, while it runs, its progress with rate and
+ETA.
+
+One query reads a page of runs: each kind's newest `limit` before the cursor (by its
+created_at index), merged and cut to `limit`; the next page starts before the last run
+shown. Progress is read only for the running runs of the page, where their chunks are:
+a check's in meta, a copy's and a migration's stock copy in the target zone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from urllib.parse import quote
+
+from zonesync.check.store import CheckStore
+from zonesync.copy import chunks
+from zonesync.meta.db import MetaConfig
+
+DAGS = {"switch": "zone_switch", "copy": "full_copy", "check": "consistency_check", "migration": "le_migration"}
+MAX_LIMIT = 500
+
+
+def _select(kind: str, table: str, src: str, dst: str, facts: str, w0: str = "NULL", w1: str = "NULL") -> str:
+    """One kind's runs in the union's columns (named: a derived table needs unique names)."""
+    return (f"SELECT '{kind}' AS kind, run_id, status, phase, created_at, finished_at, {src} AS src, {dst} AS dst, "
+            f"{facts} AS facts, {w0} AS w0, {w1} AS w1, detail, actor, reason FROM {table}")  # fmt: skip
+
+
+_SELECT = {
+    "switch": _select("switch", "switches", "from_zone", "to_zone", "JSON_OBJECT('zsids', zsids)", "blocked_at",
+                      "activated_at"),
+    "copy": _select("copy", "copies", "source_zone", "target_zone",
+                    "JSON_OBJECT('mode', mode, 'tables', JSON_COMPACT(tables_json))"),
+    "check": _select("check", "checks", "NULL", "NULL",
+                     "JSON_OBJECT('zones', JSON_COMPACT(zones_json), 'tables', JSON_COMPACT(tables_json))"),
+    "migration": _select("migration", "migrations", "source_zone", "target_zone",
+                         "JSON_OBJECT('entity', CONCAT(be_type, ' ', be_id), 'mode', mode)",
+                         "COALESCE(stop_published_at, stopped_at)", "lifted_at"),
+}  # fmt: skip
+
+
+class BadQuery(ValueError):
+    """A field of a runs query that cannot be used: 'field: why'."""
+
+
+def _kinds(kind: str | None) -> list[str]:
+    if kind is None or kind == "":
+        return list(_SELECT)
+    if kind not in _SELECT:
+        raise BadQuery(f"kind: {kind!r} is not one of {', '.join(_SELECT)}")
+    return [kind]
+
+
+def _cursor(before: str | None) -> dt.datetime:
+    if not before:
+        return dt.datetime(9999, 1, 1)
+    try:
+        return dt.datetime.fromisoformat(before)
+    except ValueError:
+        raise BadQuery(f"before: {before!r} is not a time like 2026-11-27T15:04:05.123456 "
+                       "(the next_before of the page before)") from None  # fmt: skip
+
+
+def recent(meta: MetaConfig, kind: str | None = None, limit: int = 50, before: str | None = None,
+           zone_conn=None) -> dict:  # fmt: skip
+    """A page of runs, newest first: {"runs": [...], "next_before": created_at of the last
+    one, or None at the end}. `zone_conn(zone)` opens a zone (for running copies' and
+    migrations' progress); without it their progress is left out."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadQuery(f"limit: {limit} is out of range; use 1..{MAX_LIMIT}")
+    kinds, cut = _kinds(kind), _cursor(before)
+    sql = " UNION ALL ".join(f"({_SELECT[k]} WHERE created_at < %s ORDER BY created_at DESC LIMIT {limit})"
+                             for k in kinds)  # fmt: skip
+    page = f"SELECT * FROM ({sql}) runs ORDER BY created_at DESC, run_id LIMIT {limit}"
+    rows, _ = meta.run(page, (cut,) * len(kinds))
+    runs = [doc(row) for row in rows]
+    for run in runs:
+        if run["status"] == "running":
+            run["progress"] = progress(meta, run, zone_conn)
+    more = len(rows) == limit
+    return {"runs": runs, "next_before": runs[-1]["created_at"] if more else None}
+
+
+def _iso(moment) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def doc(row: tuple) -> dict:
+    """One run of the union as the API returns it (pure)."""
+    kind, run_id, status, phase, created, finished, src, dst, facts, w0, w1, detail, actor, reason = row
+    window = (w1 - w0).total_seconds() * 1000 if w0 is not None and w1 is not None else None
+    return {"kind": kind, "run_id": run_id, "status": status, "phase": phase,
+            "what": _what(kind, json.loads(facts), src, dst),
+            "source_zone": src, "target_zone": dst, "window_ms": window, "detail": detail, "actor": actor,
+            "reason": reason, "created_at": _iso(created), "finished_at": _iso(finished),
+            "dag_id": DAGS[kind], "airflow_url": f"/dags/{DAGS[kind]}/runs/{quote(run_id, safe='')}",
+            "progress": None}  # fmt: skip
+
+
+def _what(kind: str, facts: dict, src, dst) -> str:
+    if kind == "switch":
+        return f"ZSIDs {facts['zsids']} {src} -> {dst}"
+    if kind == "copy":
+        return f"{src} -> {dst} ({facts['mode']}), tables {', '.join(facts['tables']) or 'all replicated'}"
+    if kind == "check":
+        return f"zones {', '.join(facts['zones']) or 'all'}, tables {', '.join(facts['tables']) or 'all replicated'}"
+    return f"{facts['entity']} {src} -> {dst} ({facts['mode']})"
+
+
+def progress(meta: MetaConfig, run: dict, zone_conn=None) -> dict | None:
+    """A running run's chunks done of all, rows, rate (rows/s) and ETA (s), summed over its
+    tables (the ETA of the slowest); None when it has no chunks yet, or they are out of
+    reach (a zone down)."""
+    if run["kind"] == "check":
+        store = CheckStore(meta)
+        check = store.require(run["run_id"])
+        rows = [{**c, "status": "pending" if c["status"] == "pending" else "done"}
+                for t in check.tables for c in store.chunks(run["run_id"], t)]  # fmt: skip
+        return combine(chunks.summarize((), rows))
+    if run["kind"] in ("copy", "migration") and zone_conn is not None:
+        run_id = run["run_id"] if run["kind"] == "copy" else f"{run['run_id']}.stock"  # migrate.steps.stock_run_id
+        try:
+            conn = zone_conn(run["target_zone"])
+        except Exception:  # noqa: BLE001 - a zone out of reach: no progress shown, the rest of the page is
+            return None
+        try:
+            return combine(chunks.summarize((), chunks.read(conn, run_id)))
+        finally:
+            conn.close()
+    return None
+
+
+def combine(tables: dict) -> dict | None:
+    """summarize()'s per-table entries as one (pure)."""
+    if not tables or not any(t["chunks"] for t in tables.values()):
+        return None
+    etas = [t["eta_s"] for t in tables.values() if t["eta_s"]]
+    rates = [t["rate"] for t in tables.values() if t["rate"]]
+    return {"unit": "chunks", "done": sum(t["done"] for t in tables.values()),
+            "total": sum(t["chunks"] for t in tables.values()), "rows": sum(t["rows"] for t in tables.values()),
+            "rate_rows_s": sum(rates) if rates else None, "eta_s": max(etas) if etas else None}  # fmt: skip
+
+
+def text(run: dict) -> str:
+    """A run on one line, as `zonesync runs` prints it."""
+    line = f"{run['created_at'][:19]}  {run['kind']:<9} {run['status']:<11} {run['phase']:<12} {run['what']}"
+    if run["window_ms"] is not None:
+        line += f"  window {run['window_ms']:.0f} ms"
+    p = run.get("progress")
+    if p:
+        line += f"  {p['done']}/{p['total']} chunks"
+        if p["eta_s"]:
+            line += f", about {p['eta_s']:,.0f} s left"
+    return f"{line}\n    {run['run_id']}  by {run['actor']}: {run['reason']}"
