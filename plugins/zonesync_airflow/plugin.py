@@ -1,5 +1,6 @@
-"""The AirflowPlugin that registers zonesync with Airflow (more parts join as they land):
-its HTTP API (api.py) under /zonesync on Airflow's api-server."""
+"""The AirflowPlugin that registers zonesync with Airflow: its HTTP API (api/) under
+/zonesync on Airflow's api-server, and the console page (api/page.py) as "zonesync" in
+Airflow's navigation (an external view, shown in the UI's frame)."""
 
 from __future__ import annotations
 
@@ -11,3 +12,12 @@ from zonesync_airflow.api import app
 class ZonesyncPlugin(AirflowPlugin):
     name = "zonesync"
     fastapi_apps = [{"app": app, "url_prefix": "/zonesync", "name": "zonesync API"}]
+    external_views = [
+        {
+            "name": "zonesync",
+            "href": "/zonesync/console/",
+            "url_route": "zonesync",
+            "destination": "nav",
+            "category": "browse",
+        }  # fmt: skip
+    ]

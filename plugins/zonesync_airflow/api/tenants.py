@@ -1,11 +1,4 @@
-"""zonesync's HTTP API, served by Airflow's api-server under /zonesync (the plugin's
-`fastapi_apps`), behind Airflow's own authentication.
-
-Airflow does not authenticate a plugin's FastAPI app (it is mounted, and a mount inherits
-none of the core API's dependencies), so every route here depends on Airflow's
-`get_user` (through `airflow_user`): the same JWT as Airflow's REST API (`POST
-/auth/token`, or the UI's session cookie); a call without a valid one is refused (401
-without a token, 403 with a bad one).
+"""zonesync's HTTP API: locating entities, tenants and their migrations.
 
     GET  /zonesync/api/v1/entities/{type}/{id}          where a locating entity is (routing.Router)
     GET  /zonesync/api/v1/tenants/{tenant}              a tenant (biz entity) and its locating entities
@@ -26,33 +19,10 @@ Routes are wiring: the answers come from zonesync.routing and the entity registr
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-_bearer = HTTPBearer(auto_error=False)
-
-
-async def airflow_user(request: Request, bearer: HTTPAuthorizationCredentials | None = Depends(_bearer)):
-    """Airflow's `get_user` (the bearer token, else the UI's session cookie), imported on
-    the first call: every Airflow process loads the plugin, only the api-server serves it
-    (the import costs half a second)."""
-    from airflow.api_fastapi.core_api.security import get_user
-
-    return await get_user(request, None, bearer)
-
-
-@lru_cache(maxsize=1)
-def _router():
-    """One Router per api-server process: its answers cached until meta's head moves."""
-    from zonesync.meta.db import MetaConfig
-    from zonesync.routing import Router
-
-    return Router(MetaConfig.from_env())
+from zonesync_airflow.api.auth import meta, router, trigger
 
 
 def _checked(kind: str, type_: str, id_: str) -> None:
@@ -65,30 +35,30 @@ def _checked(kind: str, type_: str, id_: str) -> None:
         raise HTTPException(status_code=400, detail=str(exc)) from None
 
 
-v1 = APIRouter(prefix="/api/v1", dependencies=[Depends(airflow_user)])
+routes = APIRouter()
 
 
-@v1.get("/entities/{le_type}/{le_id}")
+@routes.get("/entities/{le_type}/{le_id}")
 def entity_where(le_type: str, le_id: str) -> dict:
     """Where a locating entity is: the registry's answer, else the ZSID rules', else 404."""
     from zonesync.routing import Unknown
 
     _checked("locating entity", le_type, le_id)
     try:
-        loc = _router().where(le_type, le_id)
+        loc = router().where(le_type, le_id)
     except Unknown as exc:
         raise HTTPException(status_code=404, detail=f"unknown: {exc}") from None
     return {"entity_type": loc.entity_type, "entity_id": loc.entity_id, "zone": loc.zone, "status": loc.status,
             "stop_write": loc.stop_write, "meta_version": loc.version, "how": loc.how}  # fmt: skip
 
 
-@v1.get("/tenants/{tenant}")
+@routes.get("/tenants/{tenant}")
 def tenant_show(tenant: str) -> dict:
     """A tenant (the biz entity `tenant`) and each of its locating entities, or 404."""
     from zonesync.meta.entities import EntityRegistry
 
     _checked("biz entity", "tenant", tenant)
-    found = EntityRegistry(_meta()).biz("tenant", tenant)
+    found = EntityRegistry(meta()).biz("tenant", tenant)
     if found is None:
         raise HTTPException(status_code=404, detail=f"unknown: tenant {tenant} is not a registered biz entity")
     biz, les = found
@@ -111,13 +81,7 @@ class MigrationBody(BaseModel):
     keep_source_copy: bool = False
 
 
-def _meta():
-    from zonesync.meta.db import MetaConfig
-
-    return MetaConfig.from_env()
-
-
-@v1.post("/tenants/{tenant}/migrations", status_code=202)
+@routes.post("/tenants/{tenant}/migrations", status_code=202)
 async def migration_start(tenant: str, body: MigrationBody, request: Request) -> dict:
     """Check the request against meta, then trigger le_migration as the caller."""
     import asyncio
@@ -127,68 +91,34 @@ async def migration_start(tenant: str, body: MigrationBody, request: Request) ->
 
     _checked("biz entity", "tenant", tenant)
     req = MigrationRequest("tenant", tenant, body.to, body.mode, body.reason)
-    meta = _meta()
     try:
-        await asyncio.to_thread(movable, meta, req)
+        await asyncio.to_thread(movable, meta(), req)
     except MigrationRefused as exc:
         status = 404 if isinstance(exc, UnknownBizEntity) else 409 if isinstance(exc, AlreadyMigrating) else 400
         raise HTTPException(status_code=status, detail=str(exc)) from None
     conf = {"tenant": tenant, "to_zone": body.to, **body.model_dump(exclude={"to"})}
-    run = await _trigger(request, "le_migration", conf)
+    run = await trigger(request, "le_migration", conf)
     return {"run_id": run["dag_run_id"], "dag_id": "le_migration", "state": run.get("state"),
             "status_url": f"/zonesync/api/v1/migrations/{run['dag_run_id']}"}  # fmt: skip
 
 
-async def _trigger(request: Request, dag_id: str, conf: dict) -> dict:
-    """POST /api/v2/dags/{dag_id}/dagRuns on this api-server with the caller's own token (the
-    bearer header, else the UI's `_token` cookie): Airflow checks the user may trigger it."""
-    import httpx
-
-    token = request.headers.get("authorization", "").removeprefix("Bearer ").strip() or request.cookies.get("_token")
-    base = f"{request.url.scheme}://{request.url.netloc}"
-    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
-        resp = await client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf},
-                                 headers={"Authorization": f"Bearer {token}"})  # fmt: skip
-    if resp.status_code not in (200, 201):
-        try:
-            detail = resp.json().get("detail")
-        except ValueError:
-            detail = resp.text
-        raise HTTPException(status_code=resp.status_code, detail=f"airflow refused the run: {detail}"[:2000])
-    return resp.json()
-
-
-@v1.get("/tenants/{tenant}/migrations")
+@routes.get("/tenants/{tenant}/migrations")
 def migrations_of(tenant: str, limit: int = 20) -> dict:
     from zonesync.migrate.store import MigrationStore
 
     _checked("biz entity", "tenant", tenant)
     if not 1 <= limit <= 500:
         raise HTTPException(status_code=400, detail="limit: between 1 and 500")
-    runs = MigrationStore(_meta()).history(limit, "tenant", tenant)
+    runs = MigrationStore(meta()).history(limit, "tenant", tenant)
     return {"tenant": tenant, "migrations": [m.to_doc() for m in runs]}
 
 
-@v1.get("/migrations/{run_id}")
+@routes.get("/migrations/{run_id}")
 def migration_show(run_id: str) -> dict:
     from zonesync.migrate.store import MigrationStore
 
-    run = MigrationStore(_meta()).get(run_id)
+    run = MigrationStore(meta()).get(run_id)
     if run is None:
         raise HTTPException(status_code=404, detail=f"unknown: no migration with run id {run_id!r} (refused before "
                             "preflight, or not started yet)")  # fmt: skip
     return run.to_doc()
-
-
-# no /docs, /redoc or /openapi.json: Airflow would serve them to anyone (they are not routes of `v1`)
-app = FastAPI(title="zonesync", description="Locating entities and tenants of a zonesync mesh", docs_url=None,
-              redoc_url=None, openapi_url=None)  # fmt: skip
-app.include_router(v1)
-
-
-@app.exception_handler(RequestValidationError)
-async def _one_line(request: Request, exc: RequestValidationError) -> JSONResponse:
-    """A bad body or query as one line naming the field (FastAPI's default is a list)."""
-    first = exc.errors()[0] if exc.errors() else {}
-    field = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-    return JSONResponse(status_code=400, content={"detail": f"{field}: {first.get('msg', 'invalid')}"})

@@ -1,0 +1,108 @@
+"""zonesync's HTTP API: what the console starts and settles.
+
+    POST /zonesync/api/v1/switches         {"zsids", "from_zone", "to_zone", "reason", ...}: zone_switch
+    POST /zonesync/api/v1/copies           {"from_zone", "to_zone", "reason", "mode", "tables", ...}: full_copy
+    POST /zonesync/api/v1/checks           {"zones", "tables", "reason", "rows", "repair", ...}: consistency_check
+    POST /zonesync/api/v1/alerts/{id}/ack  an alert acknowledged
+
+A body names the DAG's own params. It is checked as the `zonesync switch | copy | check`
+commands check their flags (console.actions: 400 naming the field, nothing triggered),
+then the DAG is triggered through Airflow's REST API as the caller (Airflow checks the
+user's permission and the conf against the DAG's Params); the run id comes back (202)
+with where to follow it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import quote
+
+from fastapi import APIRouter, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from zonesync_airflow.api.auth import bad, meta, trigger, zones
+
+routes = APIRouter()
+ZONE = Field(min_length=1, max_length=16)
+REASON = Field(min_length=1, max_length=500)
+
+
+class SwitchBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    zsids: str = Field(min_length=1, max_length=2000)
+    from_zone: str = ZONE
+    to_zone: str = ZONE
+    reason: str = REASON
+    ack_timeout_s: float | None = Field(None, gt=0, le=600)
+    max_txn_ms: int | None = Field(None, ge=0, le=600_000)
+    lag_threshold_s: float | None = Field(None, ge=0, le=3600)
+    sync_timeout_s: float | None = Field(None, ge=1, le=86400)
+
+
+class CopyBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    from_zone: str = ZONE
+    to_zone: str = ZONE
+    reason: str = REASON
+    mode: str = "rebuild"
+    tables: list[str] = Field(default_factory=list, max_length=1000)
+    chunk_rows: int = 50_000
+    parallel: int | None = Field(None, ge=1, le=256)
+    max_lag_s: float | None = Field(None, ge=0, le=3600)
+    catch_up_timeout_s: float | None = Field(None, ge=1, le=86400)
+
+
+class CheckBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = REASON
+    zones: list[str] = Field(default_factory=list, max_length=16)
+    tables: list[str] = Field(default_factory=list, max_length=1000)
+    chunk_rows: int = 100_000
+    rows: bool = True
+    repair: bool = False
+    parallel: int = 16
+    max_lag_s: float | None = Field(None, ge=0, le=3600)
+
+
+async def _start(request: Request, dag_id: str, build, body: BaseModel, path: str) -> dict:
+    from zonesync.console.actions import Refused
+
+    try:
+        conf = build(body.model_dump(), await asyncio.to_thread(zones))
+    except Refused as exc:
+        raise bad(exc) from None
+    run = await trigger(request, dag_id, conf)
+    run_id = run["dag_run_id"]
+    return {"run_id": run_id, "dag_id": dag_id, "state": run.get("state"), "conf": conf,
+            "status_url": f"/zonesync/api/v1/{path}",
+            "airflow_url": f"/dags/{dag_id}/runs/{quote(run_id, safe='')}"}  # fmt: skip
+
+
+@routes.post("/switches", status_code=202)
+async def switch_start(body: SwitchBody, request: Request) -> dict:
+    from zonesync.console.actions import switch_conf
+
+    return await _start(request, "zone_switch", switch_conf, body, "runs?kind=switch")
+
+
+@routes.post("/copies", status_code=202)
+async def copy_start(body: CopyBody, request: Request) -> dict:
+    from zonesync.console.actions import copy_conf
+
+    return await _start(request, "full_copy", copy_conf, body, "runs?kind=copy")
+
+
+@routes.post("/checks", status_code=202)
+async def check_start(body: CheckBody, request: Request) -> dict:
+    from zonesync.console.actions import check_conf
+
+    return await _start(request, "consistency_check", check_conf, body, "runs?kind=check")
+
+
+@routes.post("/alerts/{alert_id}/ack")
+async def alert_ack(alert_id: int) -> dict:
+    from zonesync.meta import alerts
+
+    if not await asyncio.to_thread(alerts.ack, meta(), alert_id):
+        raise HTTPException(status_code=404, detail=f"unknown: no alert {alert_id}")
+    return {"id": alert_id, "acked": True}
