@@ -15,8 +15,9 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 # percona-toolkit: `make bench`'s baseline for the consistency check (pt-table-checksum)
 # redis-server: each zone's KV repos are a private redis-server (never the system service)
+# chromium: the console page's browser test (headless, driven by Playwright with this browser)
 APT_PACKAGES=(mariadb-server-core mariadb-client-core libmariadb-dev libmariadb-java
-              openjdk-17-jdk-headless build-essential pkg-config percona-toolkit redis-server)
+              openjdk-17-jdk-headless build-essential pkg-config percona-toolkit redis-server chromium)
 # the C module builds against the interpreter's headers: Debian's for Debian's python3
 if ! "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
   APT_PACKAGES+=(python3-dev)

@@ -217,6 +217,7 @@ def _zonesync_http_api(env) -> None:
     assert api._raw("GET", "/zonesync/api/v1/tenants/43")[0] == 404
     assert api._raw("GET", "/zonesync/openapi.json", auth=False)[0] == 404  # no schema for anyone
     _tenant_migrations(env, api)
+    _console_page(env, api, password)
 
 
 def _tenant_migrations(env, api) -> None:
@@ -247,3 +248,92 @@ def _tenant_migrations(env, api) -> None:
     listed = zs(env, "migrations", "--tenant", "42")
     assert listed.returncode == 0 and run_id in listed.stdout and listed.stdout.count("succeeded") == 2, listed.stdout
     assert [m["to_zone"] for m in api._raw("GET", path)[1]["migrations"]] == ["b", "c"]
+
+
+def _console_page(env, api, password: str) -> None:
+    """The console page in headless Chromium, signed in through Airflow's login form: during
+    a switch of ZSIDs 0-99 a -> b started by `POST /zonesync/api/v1/switches` and after it;
+    each time the zone map and the runs table show what the API (meta) says. The switch is
+    held at its wait for zone b by stopping b's applier (SIGSTOP) with a change of a
+    pending. Also in Airflow's own navigation. Screenshots in build/test-artifacts/."""
+    from tests.support import browser
+
+    base = f"http://127.0.0.1:{env['ZONESYNC_AIRFLOW_PORT']}"
+    body = {"zsids": "0-99", "from_zone": "a", "to_zone": "b", "reason": "e2e: console", "sync_timeout_s": 600,
+            "lag_threshold_s": 60}  # fmt: skip
+    assert api._raw("POST", "/zonesync/api/v1/switches", {**body, "zsids": "99-0"})[0] == 400
+    applier_b = _pids(env)["applier-b"]
+    os.kill(applier_b, signal.SIGSTOP)
+    try:
+        _write_through_a_guard(env, "held")  # a change of a that b must apply before the switch may activate
+        status, doc = api._raw("POST", "/zonesync/api/v1/switches", body)
+        assert status == 202 and doc["dag_id"] == "zone_switch", doc
+        run_id = doc["run_id"]
+
+        def blocked() -> bool:  # the switch waits for b (wait_sync) with 0-99 writable nowhere (RESHARDING)
+            rules = api._raw("GET", "/zonesync/api/v1/rules")[1]
+            return [m["run_id"] for m in rules["moving"]] == [run_id] and any(
+                (r["lo"], r["hi"], r["status"]) == (0, 99, "RESHARDING") for r in rules["ranges"])  # fmt: skip
+
+        assert procs.wait_until(blocked, 120), api._raw("GET", "/zonesync/api/v1/runs?kind=switch&limit=1")[1]
+        with browser.page() as pg:
+            browser.sign_in(pg, base, "/zonesync/console/", "admin", password)
+            pg.wait_for_selector("body[data-loaded]", timeout=60_000)
+            _page_matches_api(pg, api, run_id)
+            assert pg.locator('rect[data-moving="0-99"]').count() == 1
+            assert pg.locator(f'tr[data-run="{run_id}"]').get_attribute("data-status") == "running"
+            assert pg.locator("polyline[data-pair]").count() == 6  # every zone pair's lag over the last hour
+            browser.screenshot(pg, "console-during-switch")
+            pg.goto(base + "/plugin/zonesync")  # the page in Airflow's navigation, in the UI's frame
+            pg.frame_locator("iframe").locator("body[data-loaded]").wait_for(timeout=60_000)
+            browser.screenshot(pg, "console-in-airflow")
+            os.kill(applier_b, signal.SIGCONT)
+            assert api.follow("zone_switch", run_id, timeout=300) == "success"
+            pg.goto(base + "/zonesync/console/")
+            pg.wait_for_selector("body[data-loaded]", timeout=60_000)
+            _page_matches_api(pg, api, run_id)
+            assert pg.locator("rect[data-moving]").count() == 0
+            assert pg.locator('rect[data-range="0-99"]').get_attribute("data-zone") == "b"
+            assert pg.locator(f'tr[data-run="{run_id}"]').get_attribute("data-status") == "succeeded"
+            browser.screenshot(pg, "console-after-switch")
+    finally:
+        os.kill(applier_b, signal.SIGCONT)
+
+
+def _write_through_a_guard(env, name: str) -> None:
+    """A new tenant in ZSIDs 0-99 written in zone a as an application does: through a guard
+    (registered for the write, gone after it)."""
+    import pymysql
+
+    from zonesync.dal import Guard, ZoneDB
+    from zonesync.meta.db import MetaConfig
+
+    port = int(env["ZONESYNC_BASE_PORT"]) + 1
+    conn = pymysql.connect(host="127.0.0.1", port=port, user="root")
+    with conn.cursor() as cur:
+        cur.execute("SELECT tenant_id FROM zonesync_app.tenants WHERE tenant_id < 100")
+        new = min(set(range(1, 100)) - {row[0] for row in cur.fetchall()})
+    conn.close()
+    guard = Guard(MetaConfig.from_env(env), "a", ZoneDB("127.0.0.1", port, "root", "", "zonesync_app"), period=0.5)
+    guard.start()
+    try:
+        with guard.transaction() as tx:
+            tx.insert("tenants", {"tenant_id": new, "name": name})
+    finally:
+        guard.close()
+
+
+def _page_matches_api(pg, api, run_id: str) -> None:
+    """The page's zone map, zone cards and run row are what the API returns."""
+    rules = api._raw("GET", "/zonesync/api/v1/rules")[1]
+    drawn = [(r.get_attribute("data-range"), r.get_attribute("data-zone"), r.get_attribute("data-status"))
+             for r in pg.locator("rect[data-range]").all()]  # fmt: skip
+    assert drawn == [(f"{r['lo']}-{r['hi']}", r["zone"], r["status"]) for r in rules["ranges"]], (drawn, rules)
+    zones = api._raw("GET", "/zonesync/api/v1/zones")[1]["zones"]
+    cards = [(c.get_attribute("data-zone"), c.get_attribute("data-health")) for c in pg.locator(".card").all()]
+    assert cards == [(z["zone"], z["health"]) for z in zones]
+    run = next(
+        r for r in api._raw("GET", "/zonesync/api/v1/runs?kind=switch&limit=5")[1]["runs"] if r["run_id"] == run_id
+    )
+    row = pg.locator(f'tr[data-run="{run_id}"]')
+    assert run["what"] in row.inner_text() and row.get_attribute("data-kind") == "switch"
