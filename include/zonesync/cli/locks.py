@@ -14,19 +14,15 @@ from zonesync.cli import common
 
 
 def cmd_locks(args) -> int:
-    from zonesync.apply.bookkeeping.row_locks import lock_list
+    from zonesync.console import locks
 
     if args.action in ("add", "resolve"):
         return _lock_change(args)
-    conn = common.zone_conn(args.zone)
-    try:
-        locks = lock_list(conn)
-    finally:
-        conn.close()
-    if not locks:
+    found = locks.listed(args.zone, common.zone_conn)
+    if not found:
         print(f"no locked rows in zone {args.zone}")
         return 0
-    for lock in locks:
+    for lock in found:
         print(
             f"{lock['table']} pk={json.dumps(lock['pk'])} held={lock['held_events']} since {lock['locked_at']}: "
             f"{lock['reason']}"
@@ -34,26 +30,10 @@ def cmd_locks(args) -> int:
     return 1
 
 
-def _source_row(zone: str, table: str, key: dict) -> dict | None:
-    """A row of `zone` by primary key, as its columns' values (locks resolve, S003-31)."""
-    from zonesync.apply.tools.owner_row import read_row
-
-    conn = common.zone_conn(zone)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION time_zone = '+00:00'")
-            return read_row(cur, table, key)
-    finally:
-        conn.close()
-
-
 def _lock_change(args) -> int:
     """locks add (a manual lock: the row's events are held from now on, as for a mismatch)
-    and locks resolve (unlock; a manual lock's held events are applied in order, or skipped
-    by version). Exit 2 names a missing or unusable field."""
-    from zonesync.apply.tools import lock_commands as locks
-    from zonesync.meta import alerts
-    from zonesync.runtime import transport
+    and locks resolve (console/locks.py). Exit 2 names a missing or unusable field."""
+    from zonesync.console import locks
 
     need = ["--table", "--pk"] + (["--reason"] if args.action == "add" else [])
     missing = [f for f in need if not getattr(args, f[2:].replace("-", "_"))]
@@ -62,47 +42,22 @@ def _lock_change(args) -> int:
             f"{' and '.join(missing)} required (--pk: a JSON list of key values, e.g. '[42]')",
             f"zonesync locks {args.action}",
         )
-    writer = common.zone_writer(args.zone)
     try:
         if args.action == "add":
-            sources = [z for z in common.zone_names() if z != args.zone]
-            added, text = locks.add(writer, args.table, args.pk, args.reason, sources, transport.partitions())
-            print(
-                f"{args.table} {text}: locked in zone {args.zone}; its changes are held until `locks resolve`"
-                if added
-                else text
-            )
-            return 0 if added else 1
-        done = locks.resolve(
-            writer, args.table, args.pk, transport.topic, transport.bootstrap, args.drop_held, source_row=_source_row
-        )
+            done = locks.add(args.zone, args.table, args.pk, args.reason, common.zone_names(), common.zone_writer)
+            print(done["line"])
+            return 0 if done["added"] else 1
+        done = locks.resolve(common.meta(), args.zone, args.table, args.pk, args.drop_held, common.zone_writer,
+                             common.zone_conn)  # fmt: skip
     except locks.LockError as exc:
         return common.fail(str(exc), f"zonesync locks {args.action}")
     except locks.HeldEventsLost as exc:
         print(f"zonesync locks resolve: {exc}", file=sys.stderr)
         return 1
-    finally:
-        writer.close()
-    if not done.found:
-        print(f"{args.table} {args.pk}: was not locked")
-        return 1
-    line = f"{args.table} {args.pk}: unlocked"
-    if done.taken_from is not None:
-        took = "deleted it here too" if done.source_row_gone else "took its current row"
-        line += f"; zone {done.taken_from}, whose change locked it, re-read: {took}"
-    if done.manual and not args.drop_held:
-        released = ", ".join(f"{n} from {s}" for s, n in done.released.items()) or "none"
-        line += f"; held events released: {released} ({done.applied} applied, {done.skipped} skipped by version)"
-    print(line)
-    for reason in done.relocked:  # a released change met another row than its old row: locked again
-        alerts.record(
-            common.meta(),
-            args.zone,
-            "row_locked",
-            {"table": args.table, "pk": args.pk, "reason": reason, "on": "locks resolve"},
-        )
+    print(done["line"])
+    for reason in done["relocked"]:
         print(f"{args.table} {args.pk}: locked again: {reason}")
-    return 1 if done.relocked else 0
+    return 0 if done["found"] and not done["relocked"] else 1
 
 
 def register(sub) -> None:

@@ -4,6 +4,8 @@
     POST /zonesync/api/v1/copies           {"from_zone", "to_zone", "reason", "mode", "tables", ...}: full_copy
     POST /zonesync/api/v1/checks           {"zones", "tables", "reason", "rows", "repair", ...}: consistency_check
     POST /zonesync/api/v1/alerts/{id}/ack  an alert acknowledged
+    POST /zonesync/api/v1/locks/{zone}          {"table", "pk", "reason"}: a row locked by hand
+    POST /zonesync/api/v1/locks/{zone}/resolve  {"table", "pk", "drop_held"}: a locked row resolved
 
 A body names the DAG's own params. It is checked as the `zonesync switch | copy | check`
 commands check their flags (console.actions: 400 naming the field, nothing triggered),
@@ -20,7 +22,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from zonesync_airflow.api.auth import bad, meta, trigger, zones
+from zonesync_airflow.api.auth import bad, meta, trigger, zone_conn, zones
 
 routes = APIRouter()
 ZONE = Field(min_length=1, max_length=16)
@@ -106,3 +108,68 @@ async def alert_ack(alert_id: int) -> dict:
     if not await asyncio.to_thread(alerts.ack, meta(), alert_id):
         raise HTTPException(status_code=404, detail=f"unknown: no alert {alert_id}")
     return {"id": alert_id, "acked": True}
+
+
+class LockBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    table: str = Field(min_length=1, max_length=64)
+    pk: str = Field(min_length=1, max_length=2000, description='key values as JSON, e.g. "[42]"')
+    reason: str = REASON
+
+
+class ResolveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    table: str = Field(min_length=1, max_length=64)
+    pk: str = Field(min_length=1, max_length=2000, description='key values as JSON, e.g. "[42]"')
+    drop_held: bool = False
+
+
+def _writer(zone: str):
+    from zonesync.apply.batch.writer import ZoneWriter
+    from zonesync.runtime.endpoints import zone_endpoint
+
+    ep = zone_endpoint(zone)
+    return ZoneWriter(ep.host, ep.port, ep.user, ep.password, ep.database)
+
+
+async def _known_zone(zone: str) -> list[str]:
+    names = await asyncio.to_thread(zones)
+    if zone not in names:
+        raise HTTPException(status_code=404, detail=f"unknown: zone {zone!r}; the zones are {', '.join(names)}")
+    return names
+
+
+@routes.post("/locks/{zone}")
+async def lock_add(zone: str, body: LockBody) -> dict:
+    """As `zonesync locks add`: the row's changes are held from now on (409 if locked already)."""
+    from zonesync.console import locks
+
+    names = await _known_zone(zone)
+    try:
+        done = await asyncio.to_thread(locks.add, zone, body.table, body.pk, body.reason, names, _writer)
+    except locks.LockError as exc:
+        raise bad(exc) from None
+    if not done["added"]:
+        raise HTTPException(status_code=409, detail=done["line"])
+    return {"zone": zone, "locked": True, "detail": done["line"]}
+
+
+@routes.post("/locks/{zone}/resolve")
+async def lock_resolve(zone: str, body: ResolveBody) -> dict:
+    """As `zonesync locks resolve` (404 if the row was not locked; 409 if its held changes
+    are gone from the broker, or a released change locked it again)."""
+    from zonesync.console import locks
+
+    await _known_zone(zone)
+    try:
+        done = await asyncio.to_thread(locks.resolve, meta(), zone, body.table, body.pk, body.drop_held, _writer,
+                                       zone_conn)  # fmt: skip
+    except locks.LockError as exc:
+        raise bad(exc) from None
+    except locks.HeldEventsLost as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from None
+    if not done["found"]:
+        raise HTTPException(status_code=404, detail=done["line"])
+    if done["relocked"]:
+        raise HTTPException(status_code=409, detail=f"{done['line']}; locked again: {done['relocked'][0]}")
+    return {"zone": zone, "resolved": True, "detail": done["line"]}

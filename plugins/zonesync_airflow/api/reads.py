@@ -76,29 +76,15 @@ async def check_report(run_id: str, format: str = Query("json", pattern="^(json|
 
 def _locks() -> list[dict]:
     """Each zone's locked rows; a zone out of reach is listed with its error."""
-    from zonesync.apply.bookkeeping.row_locks import lock_list
+    from zonesync.console import locks
 
     out = []
     for zone in zones():
         try:
-            conn = zone_conn(zone)
+            out.append({"zone": zone, "error": None, "locks": locks.listed(zone, zone_conn)})
         except Exception as exc:  # noqa: BLE001 - one zone down must not hide the others' locks
             out.append({"zone": zone, "error": str(exc).splitlines()[0][:300], "locks": []})
-            continue
-        try:
-            found = lock_list(conn)
-        finally:
-            conn.close()
-        out.append({"zone": zone, "error": None, "locks": [
-            {**lock, "resolve": f"zonesync locks resolve --zone {zone} --table {lock['table']} --pk '{_pk(lock)}'"}
-            for lock in found]})  # fmt: skip
     return out
-
-
-def _pk(lock: dict) -> str:
-    import json
-
-    return json.dumps(lock["pk"])
 
 
 @routes.get("/locks")

@@ -140,19 +140,36 @@ function drawRuns(page) {
   document.getElementById("older").hidden = !page.next_before || runsShown >= 500;
 }
 
+function post(path, body) {
+  return fetch(API + path, { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body) });
+}
+
+function resolveButton(zone, lock) {
+  // as `zonesync locks resolve`: repair the row first when its lock came from a mismatch
+  const button = el("button", { "data-resolve": `${zone}:${lock.table}:${JSON.stringify(lock.pk)}` }, "resolve");
+  button.addEventListener("click", async () => {
+    if (!window.confirm(`Resolve the lock of ${lock.table} ${JSON.stringify(lock.pk)} in zone ${zone}?`)) return;
+    const resp = await post(`/locks/${zone}/resolve`, { table: lock.table, pk: JSON.stringify(lock.pk) });
+    showError(resp.ok ? "" : `resolve: ${(await resp.json().catch(() => ({}))).detail || resp.status}`);
+    refresh();
+  });
+  return button;
+}
+
 function drawLocks(locks) {
   document.querySelector("#locks tbody").replaceChildren(...locks.zones.flatMap((z) => z.error
     ? [el("tr", {}, el("td", {}, z.zone), el("td", { colspan: 5, class: "error" }, z.error))]
     : z.locks.map((l) => el("tr", { "data-lock": `${z.zone}:${l.table}:${JSON.stringify(l.pk)}` },
       el("td", {}, z.zone), el("td", {}, l.table), el("td", {}, JSON.stringify(l.pk)), el("td", {}, l.held_events),
-      el("td", {}, l.reason), el("td", {}, el("code", {}, l.resolve))))));
+      el("td", {}, l.reason), el("td", {}, el("code", {}, l.resolve), " ", resolveButton(z.zone, l))))));
 }
 
 function drawAlerts(alerts) {
   document.querySelector("#alerts tbody").replaceChildren(...alerts.alerts.map((a) => {
     const ack = el("button", { "data-ack": a.id }, "acknowledge");
     ack.addEventListener("click", async () => {
-      const resp = await fetch(`${API}/alerts/${a.id}/ack`, { method: "POST", credentials: "same-origin" });
+      const resp = await post(`/alerts/${a.id}/ack`);
       if (resp.ok) refresh(); else showError(`ack ${a.id}: ${resp.status}`);
     });
     return el("tr", { "data-alert": a.id }, el("td", {}, a.id), el("td", {}, a.at.slice(0, 19).replace("T", " ")),
