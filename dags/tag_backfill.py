@@ -68,6 +68,8 @@ with DAG(
             "{{ params.chunk_rows }}",
             "--wait-tagger-s",
             "{{ params.wait_tagger_s }}",
+            "--airflow-run-id",
+            "{{ run_id }}",
         ],  # fmt: skip
         meta_conn_id="zonesync_meta",
         name="zonesync-tag-backfill",

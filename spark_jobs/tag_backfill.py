@@ -36,6 +36,7 @@ from spark_jobs.common import (  # noqa: E402
     build_session,
     connect_kwargs,
     db_connect,
+    meta_config,
     tag_rules,
     zone_props,
 )
@@ -52,6 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--wait-tagger-s", type=float, default=300.0,
                         help="how long to wait for the zone's tagger to tag by the rules in force")  # fmt: skip
     parser.add_argument("--stop-after", type=int, default=0, help=argparse.SUPPRESS)  # tests: chunks, then stop
+    parser.add_argument("--airflow-run-id", help="the Airflow run that started this attempt (for the console)")
     parser.add_argument("--meta", help="mysql://user@host:port/db of the meta store (default: the dev env's)")
     add_zone_args(parser)
     args = parser.parse_args(argv)
@@ -265,10 +267,10 @@ def started_second(conn, run_id: str) -> int:
     return (-int(first) - 1) // 1_000_000 if first is not None else int(time.time())
 
 
-def backfill_table(spark, args, url: str, props: dict, conn, repo: str, rule, started_s: int, budget: list) -> dict:
+def backfill_table(spark, args, url: str, props: dict, conn, repo: str, rule, plan: dict, started_s: int,
+                   budget: list, report) -> dict:  # fmt: skip
     """One table's chunks not done yet, in waves; `budget`: [chunks left to do] (tests stop
-    a run part way; None: all)."""
-    plan = plan_table(conn, repo, rule, args.chunk_rows, args.run_id)
+    a run part way; None: all); `report(chunks, rows)` after each wave."""
     done = done_chunks(conn, args.run_id, repo, rule.table)
     pending = [n for n in range(plan["chunks"]) if n not in done]
     if budget[0] is not None:
@@ -287,8 +289,42 @@ def backfill_table(spark, args, url: str, props: dict, conn, repo: str, rule, st
         segments.unpersist()
         mark_empty(conn, args.run_id, repo, plan, [n for n in wave if n not in counts], started_s)
         tagged += sum(counts.values())
-        print(f"{rule.table}: {len(done) + lo + len(wave)}/{plan['chunks']} chunks, {tagged} rows tagged", flush=True)
+        report(len(wave), sum(counts.values()))
     return {"chunks": plan["chunks"], "resumed_after": len(done), "rows_tagged": tagged}
+
+
+def rows_done(conn, run_id: str) -> tuple[int, int]:
+    """(chunks, rows) an earlier attempt of the run tagged (its marks in the zone)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*), COALESCE(SUM(rows_tagged), 0) FROM zonesync.tag_backfill WHERE run_id = %s",
+                    (run_id,))  # fmt: skip
+        chunks, rows = cur.fetchone()
+    return int(chunks), int(rows)
+
+
+class Reporter:
+    """The run's progress to meta (tagging/backfill_runs.py: the console and `zonesync runs`
+    read it) and to the task log, after each wave: chunks done of all, rows, rate, ETA."""
+
+    def __init__(self, args, zone: str, tables: list[str], plans: dict, conn):
+        from zonesync.tagging.backfill_runs import BackfillRuns
+
+        self.runs, self.run_id = BackfillRuns(meta_config(args)), args.run_id
+        done, rows = rows_done(conn, args.run_id)
+        self.runs.start(args.run_id, zone, tables, sum(p["chunks"] for p in plans.values()), done, rows,
+                        args.airflow_run_id)  # fmt: skip
+
+    def __call__(self, chunks: int, rows: int) -> None:
+        self.runs.wave(self.run_id, chunks, rows)
+        p = self.runs.get(self.run_id)
+        rate = f", {p['rate_rows_s']:,.0f} rows/s" if p["rate_rows_s"] else ""
+        eta = f", about {p['eta_s']:,.0f} s left" if p["eta_s"] else ""
+        print(f"backfill {self.run_id}: {p['done']}/{p['total']} chunks, {p['rows']:,} rows tagged{rate}{eta}",
+              flush=True)  # fmt: skip
+
+    def finish(self, complete: bool) -> None:
+        if complete:  # a run stopped part way (tests: --stop-after) stays running, as a killed one does
+            self.runs.finish(self.run_id, "succeeded")
 
 
 def run(spark, args) -> dict:
@@ -306,8 +342,12 @@ def run(spark, args) -> dict:
     try:
         wait_for_tagger(conn, version, args.wait_tagger_s, zone)
         started_s = started_second(conn, args.run_id)
+        plans = {r.table: plan_table(conn, repo, r, args.chunk_rows, args.run_id) for r in chosen}
+        report = Reporter(args, zone, [r.table for r in chosen], plans, conn)
         budget = [args.stop_after or None]
-        result = {r.table: backfill_table(spark, args, url, props, conn, repo, r, started_s, budget) for r in chosen}
+        result = {r.table: backfill_table(spark, args, url, props, conn, repo, r, plans[r.table], started_s, budget,
+                                          report) for r in chosen}  # fmt: skip
+        report.finish(complete=budget[0] is None or budget[0] > 0)
     finally:
         conn.close()
     out = {"run_id": args.run_id, "zone": zone, "rules_version": version, "tables": result}

@@ -19,3 +19,32 @@ ALTER TABLE switches ADD INDEX IF NOT EXISTS idx_switches_created (created_at);
 ALTER TABLE copies ADD INDEX IF NOT EXISTS idx_copies_created (created_at);
 ALTER TABLE checks ADD INDEX IF NOT EXISTS idx_checks_created (created_at);
 ALTER TABLE migrations ADD INDEX IF NOT EXISTS idx_migrations_created (created_at);
+
+-- A tag backfill's run (spark_jobs/tag_backfill.py), for the console and `zonesync runs`:
+-- the job's driver writes its plan and, after each wave, what it has done; a resumed run
+-- (the same run id) goes on in the same row. The chunk marks themselves live in the
+-- zone's zonesync.tag_backfill, with the tags.
+CREATE TABLE IF NOT EXISTS backfills (
+    id              BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    run_id          VARCHAR(250) NOT NULL,
+    -- the Airflow run that started the latest attempt (the run id may be a backfill_id)
+    airflow_run_id  VARCHAR(250) NULL,
+    zone            VARCHAR(16)  NOT NULL,
+    tables_json     TEXT         NOT NULL,
+    -- running, then succeeded or failed (a killed job leaves running; its retry goes on)
+    status          VARCHAR(16)  NOT NULL DEFAULT 'running',
+    phase           VARCHAR(24)  NOT NULL DEFAULT 'tagging',
+    chunks          INT          NOT NULL DEFAULT 0,
+    chunks_done     INT          NOT NULL DEFAULT 0,
+    rows_tagged     BIGINT       NOT NULL DEFAULT 0,
+    -- the latest attempt: when it started and what was done before it (its rate is its own)
+    attempt_at      TIMESTAMP(6) NULL,
+    attempt_chunks  INT          NOT NULL DEFAULT 0,
+    attempt_rows    BIGINT       NOT NULL DEFAULT 0,
+    detail          TEXT         NULL,
+    created_at      TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    updated_at      TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
+    finished_at     TIMESTAMP(6) NULL,
+    UNIQUE KEY uq_backfills_run (run_id),
+    KEY idx_backfills_created (created_at)
+) ENGINE=InnoDB;

@@ -46,7 +46,7 @@ def cmd_health(args) -> int:
 
 def register(sub) -> None:
     r = sub.add_parser("runs", help="switches, copies, checks and migrations, newest first, with progress and ETA")
-    r.add_argument("--kind", choices=["switch", "copy", "check", "migration"], help="only this kind")
+    r.add_argument("--kind", choices=["switch", "copy", "check", "migration", "backfill"], help="only this kind")
     r.add_argument("--limit", type=int, default=20, help="runs per page (1..500)")
     r.add_argument("--before", help="the page before this start time (the `older:` line of the page before)")
     r.add_argument("--json", action="store_true", help="print the page as the HTTP API returns it")

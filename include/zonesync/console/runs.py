@@ -1,4 +1,4 @@
-"""Switches, copies, checks and migrations as one list, newest first, with what the page
+"""Switches, copies, checks, migrations and tag backfills as one list, newest first, with what the page
 and `zonesync runs` show of each: its state, what it moves or compares, its write-blocked
 (switch) or stop-write (migration) window, and, while it runs, its progress with rate and
 ETA.
@@ -6,7 +6,8 @@ ETA.
 One query reads a page of runs: each kind's newest `limit` before the cursor (by its
 created_at index), merged and cut to `limit`; the next page starts before the last run
 shown. Progress is read only for the running runs of the page, where their chunks are:
-a check's in meta, a copy's and a migration's stock copy in the target zone.
+a check's in meta, a backfill's in meta (written by its job after each wave), a copy's
+and a migration's stock copy in the target zone.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from zonesync.check.store import CheckStore
 from zonesync.copy import chunks
 from zonesync.meta.db import MetaConfig
 
-DAGS = {"switch": "zone_switch", "copy": "full_copy", "check": "consistency_check", "migration": "le_migration"}
+DAGS = {"switch": "zone_switch", "copy": "full_copy", "check": "consistency_check", "migration": "le_migration",
+        "backfill": "tag_backfill"}  # fmt: skip
 MAX_LIMIT = 500
 
 
-def _select(kind: str, table: str, src: str, dst: str, facts: str, w0: str = "NULL", w1: str = "NULL") -> str:
+def _select(kind: str, table: str, src: str, dst: str, facts: str, w0: str = "NULL", w1: str = "NULL",
+            who: str = "actor, reason", dag_run: str = "run_id") -> str:  # fmt: skip
     """One kind's runs in the union's columns (named: a derived table needs unique names)."""
     return (f"SELECT '{kind}' AS kind, run_id, status, phase, created_at, finished_at, {src} AS src, {dst} AS dst, "
-            f"{facts} AS facts, {w0} AS w0, {w1} AS w1, detail, actor, reason FROM {table}")  # fmt: skip
+            f"{facts} AS facts, {w0} AS w0, {w1} AS w1, detail, {who}, {dag_run} AS dag_run FROM {table}")  # fmt: skip
 
 
 _SELECT = {
@@ -39,6 +42,9 @@ _SELECT = {
     "migration": _select("migration", "migrations", "source_zone", "target_zone",
                          "JSON_OBJECT('entity', CONCAT(be_type, ' ', be_id), 'mode', mode)",
                          "COALESCE(stop_published_at, stopped_at)", "lifted_at"),
+    "backfill": _select("backfill", "backfills", "zone", "NULL", "JSON_OBJECT('tables', JSON_COMPACT(tables_json))",
+                        who="'tag_backfill' AS actor, 'tag the rows older than their rule' AS reason",
+                        dag_run="COALESCE(airflow_run_id, run_id)"),
 }  # fmt: skip
 
 
@@ -90,13 +96,13 @@ def _iso(moment) -> str | None:
 
 def doc(row: tuple) -> dict:
     """One run of the union as the API returns it (pure)."""
-    kind, run_id, status, phase, created, finished, src, dst, facts, w0, w1, detail, actor, reason = row
+    kind, run_id, status, phase, created, finished, src, dst, facts, w0, w1, detail, actor, reason, dag_run = row
     window = (w1 - w0).total_seconds() * 1000 if w0 is not None and w1 is not None else None
     return {"kind": kind, "run_id": run_id, "status": status, "phase": phase,
             "what": _what(kind, json.loads(facts), src, dst),
             "source_zone": src, "target_zone": dst, "window_ms": window, "detail": detail, "actor": actor,
             "reason": reason, "created_at": _iso(created), "finished_at": _iso(finished),
-            "dag_id": DAGS[kind], "airflow_url": f"/dags/{DAGS[kind]}/runs/{quote(run_id, safe='')}",
+            "dag_id": DAGS[kind], "airflow_url": f"/dags/{DAGS[kind]}/runs/{quote(dag_run, safe='')}",
             "progress": None}  # fmt: skip
 
 
@@ -107,6 +113,8 @@ def _what(kind: str, facts: dict, src, dst) -> str:
         return f"{src} -> {dst} ({facts['mode']}), tables {', '.join(facts['tables']) or 'all replicated'}"
     if kind == "check":
         return f"zones {', '.join(facts['zones']) or 'all'}, tables {', '.join(facts['tables']) or 'all replicated'}"
+    if kind == "backfill":
+        return f"tags of zone {src}, tables {', '.join(facts['tables'])}"
     return f"{facts['entity']} {src} -> {dst} ({facts['mode']})"
 
 
@@ -120,6 +128,11 @@ def progress(meta: MetaConfig, run: dict, zone_conn=None) -> dict | None:
         rows = [{**c, "status": "pending" if c["status"] == "pending" else "done"}
                 for t in check.tables for c in store.chunks(run["run_id"], t)]  # fmt: skip
         return combine(chunks.summarize((), rows))
+    if run["kind"] == "backfill":
+        from zonesync.tagging.backfill_runs import BackfillRuns
+
+        found = BackfillRuns(meta).get(run["run_id"])
+        return None if found is None or not found["total"] else found
     if run["kind"] in ("copy", "migration") and zone_conn is not None:
         run_id = run["run_id"] if run["kind"] == "copy" else f"{run['run_id']}.stock"  # migrate.steps.stock_run_id
         try:

@@ -196,3 +196,29 @@ def test_check_report_as_json_and_html(api, meta, runs_cleanup):
     assert f"{PREFIX}check-0" in page.text
     assert api.get(f"/api/v1/checks/{PREFIX}nothing").status_code == 404
     assert json.loads(api.get("/api/v1/openapi.json").text)["paths"]["/api/v1/runs"]["get"]
+
+
+def test_a_running_tag_backfill_shows_its_jobs_progress(api, meta):
+    """The backfill job's driver writes its plan and each wave to meta (tagging/backfill_runs.py);
+    the runs page shows it with the latest attempt's rate and the ETA."""
+    from zonesync.tagging.backfill_runs import BackfillRuns
+
+    run_id = f"{PREFIX}backfill"
+    meta.run("DELETE FROM backfills WHERE run_id = %s", (run_id,))
+    runs = BackfillRuns(meta)
+    try:
+        runs.start(run_id, "b", ["orders"], 10, 2, 2000, "manual__bf")  # a resumed run: 2 chunks done before
+        runs.wave(run_id, 4, 4000)
+        # the attempt began 8 s before its last wave: 4000 rows in 8 s = 500 rows/s; 4 chunks of 1000 left: 8 s
+        meta.run("UPDATE backfills SET attempt_at = updated_at - INTERVAL 8 SECOND WHERE run_id = %s", (run_id,))
+        run = api.get("/api/v1/runs", params={"kind": "backfill", "limit": 1}).json()["runs"][0]
+        assert run["run_id"] == run_id and run["what"] == "tags of zone b, tables orders", run
+        assert run["airflow_url"] == "/dags/tag_backfill/runs/manual__bf"
+        p = run["progress"]
+        assert (p["done"], p["total"], p["rows"]) == (6, 10, 6000), p
+        assert p["rate_rows_s"] == pytest.approx(500.0, rel=0.01) and p["eta_s"] == pytest.approx(8.0, rel=0.01), p
+        runs.finish(run_id, "succeeded")
+        done = api.get("/api/v1/runs", params={"kind": "backfill", "limit": 1}).json()["runs"][0]
+        assert done["status"] == "succeeded" and done["progress"] is None and done["finished_at"]
+    finally:
+        meta.run("DELETE FROM backfills WHERE run_id = %s", (run_id,))

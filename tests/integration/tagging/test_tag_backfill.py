@@ -14,6 +14,7 @@ from tests.support.background import wait_until
 from tests.support.replication import wait_converged
 from tests.support.taggers import Taggers, clear_orders, live_tags, older_orders
 from zonesync.meta.store import MetaStore
+from zonesync.tagging.backfill_runs import BackfillRuns
 from zonesync.tagging.rules import parse
 from zonesync.tagging.tag_store import TagStore
 
@@ -60,6 +61,7 @@ def test_a_backfill_racing_live_writes_resumes_and_ends_with_exactly_the_zones_r
     cluster, zones, meta, guard_env, spark, tmp_path
 ):  # fmt: skip
     meta.run("DELETE FROM locating_entities WHERE le_type = 'tenant'")
+    meta.run("DELETE FROM backfills WHERE run_id = 'race'")
     b = zones["b"]
     with b.connect().cursor() as cur:
         cur.execute("DELETE FROM zonesync.tag_segments")
@@ -100,10 +102,20 @@ def test_a_backfill_racing_live_writes_resumes_and_ends_with_exactly_the_zones_r
             first = tag_backfill.run(spark, _args(zones, tmp_path, "race", "--stop-after", "5"))
             assert first["tables"]["orders"]["chunks"] >= 12 and first["tables"]["tenants"]["chunks"] >= 1
             assert len(tag_backfill.done_chunks(b.connect(), "race", "zonesync_app", "orders")) == 5
+            # the run in meta, as the console shows it: cut short, it is still running
+            runs = BackfillRuns(meta)
+            got = runs.get("race")
+            planned = first["tables"]["orders"]["chunks"] + first["tables"]["tenants"]["chunks"]
+            assert (got["status"], got["done"], got["total"]) == ("running", 5, planned), got
             second = tag_backfill.run(spark, _args(zones, tmp_path, "race"))
             chunks = second["tables"]["orders"]["chunks"]  # more than at first: new orders' keys come after
             assert second["tables"]["orders"]["resumed_after"] == 5 and chunks >= first["tables"]["orders"]["chunks"]
             assert len(tag_backfill.done_chunks(b.connect(), "race", "zonesync_app", "orders")) == chunks
+            got = runs.get("race")
+            total = chunks + second["tables"]["tenants"]["chunks"]
+            assert (got["status"], got["done"], got["total"], got["attempt_chunks"]) == ("succeeded", total, total, 5)
+            tagged = sum(t["rows_tagged"] for t in (*first["tables"].values(), *second["tables"].values()))
+            assert got["rows"] == tagged, got
         finally:
             stop.set()
             writer.join(30)
