@@ -216,6 +216,9 @@ def _zonesync_http_api(env) -> None:
     assert status == 400 and "type 'bad-type' must be a plain name" in doc["detail"], doc
     assert api._raw("GET", "/zonesync/api/v1/tenants/43")[0] == 404
     assert api._raw("GET", "/zonesync/openapi.json", auth=False)[0] == 404  # no schema for anyone
+    for path in ("/zonesync/api/v1/runs", "/zonesync/api/v1/zones", "/zonesync/api/v1/openapi.json"):
+        assert api._raw("GET", path, auth=False)[0] == 401, path  # the console's reads too
+    assert api._raw("GET", "/zonesync/api/v1/openapi.json")[1]["paths"]["/api/v1/switches"]["post"]
     _tenant_migrations(env, api)
     _console_page(env, api, password)
 

@@ -222,3 +222,13 @@ def test_a_running_tag_backfill_shows_its_jobs_progress(api, meta):
         assert done["status"] == "succeeded" and done["progress"] is None and done["finished_at"]
     finally:
         meta.run("DELETE FROM backfills WHERE run_id = %s", (run_id,))
+
+
+def test_the_api_reference_page_lists_every_route(api):
+    page = api.get("/api/v1/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    doc = api.get("/api/v1/openapi.json").json()
+    for path, methods in doc["paths"].items():
+        for method in methods:
+            assert f"<code>{method.upper()}</code></td><td><code>/zonesync{path}</code>" in page.text, (method, path)
+    assert "from_zone, to_zone, reason" in page.text  # a body's fields (POST /switches)
