@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import consistency, foundation, full_copy, guard, kv, migration, replication, switch, tagging
+from bench import consistency, console, foundation, full_copy, guard, kv, migration, replication, switch, tagging
 from bench.harness import BenchEnv, print_table
 
 SUITES = {
@@ -21,6 +21,7 @@ SUITES = {
     "check": consistency.run,
     "tag": tagging.run,
     "kv": kv.run,
+    "console": console.run,
 }
 
 
