@@ -286,6 +286,7 @@ def _console_page(env, api, password: str) -> None:
             assert pg.locator('rect[data-moving="0-99"]').count() == 1
             assert pg.locator(f'tr[data-run="{run_id}"]').get_attribute("data-status") == "running"
             assert pg.locator("polyline[data-pair]").count() == 6  # every zone pair's lag over the last hour
+            assert pg.locator("polyline[data-events-pair]").count() == 6
             browser.screenshot(pg, "console-during-switch")
             pg.goto(base + "/plugin/zonesync")  # the page in Airflow's navigation, in the UI's frame
             pg.frame_locator("iframe").locator("body[data-loaded]").wait_for(timeout=60_000)
@@ -332,6 +333,8 @@ def _page_matches_api(pg, api, run_id: str) -> None:
     drawn = [(r.get_attribute("data-range"), r.get_attribute("data-zone"), r.get_attribute("data-status"))
              for r in pg.locator("rect[data-range]").all()]  # fmt: skip
     assert drawn == [(f"{r['lo']}-{r['hi']}", r["zone"], r["status"]) for r in rules["ranges"]], (drawn, rules)
+    for zone in {r["zone"] for r in rules["ranges"]}:  # and a row per zone with its ranges
+        assert pg.locator(f'rect[data-zone-row="{zone}"]').count() == sum(r["zone"] == zone for r in rules["ranges"])
     zones = api._raw("GET", "/zonesync/api/v1/zones")[1]["zones"]
     cards = [(c.get_attribute("data-zone"), c.get_attribute("data-health")) for c in pg.locator(".card").all()]
     assert cards == [(z["zone"], z["health"]) for z in zones]

@@ -3,7 +3,7 @@
 "use strict";
 const API = "/zonesync/api/v1";
 const SVG = "http://www.w3.org/2000/svg";
-const PALETTE = ["#3182ce", "#38a169", "#d69e2e", "#805ad5", "#dd6b20", "#319795", "#e53e3e", "#718096"];
+const PALETTE = ["#3182ce", "#38a169", "#805ad5", "#319795", "#d53f8c", "#2c5282", "#718096", "#276749"]; // no red or amber: BLOCK, RESHARDING
 const colours = {};
 let runsShown = 25; // "older runs" shows 25 more (up to the API's 500 a page)
 
@@ -72,11 +72,44 @@ function drawMap(map) {
       "data-run": m.run_id }));
     svg.append(el("svg:text", { x: x(m.lo), y: 62, "font-size": 12 }, `moving ${m.lo}-${m.hi}: ${m.from} → ${m.to}`));
   }
-  const zones = [...new Set(map.ranges.map((r) => r.zone))];
+  const zones = [...new Set(map.ranges.map((r) => r.zone))].sort();
+  drawZoneRows(map, zones, x, width);
   document.getElementById("map-legend").replaceChildren(...zones.map((z) =>
     el("span", {}, el("span", { class: "swatch", style: `background:${colour(`zone ${z}`)}` }), `zone ${z}`)),
     el("span", {}, el("span", { class: "swatch", style: "background:#c53030" }), "BLOCK"),
     el("span", {}, el("span", { class: "swatch", style: "background:#d69e2e" }), "RESHARDING"));
+}
+
+function drawZoneRows(map, zones, x, width) {
+  // a row per zone: the ranges it owns, in its colour (BLOCK / RESHARDING as on the bar)
+  const rows = document.getElementById("zone-rows");
+  rows.setAttribute("height", String(zones.length * 18 + 4));
+  rows.replaceChildren(...zones.flatMap((zone, i) => [
+    el("svg:text", { x: 0, y: i * 18 + 14, "font-size": 11 }, `zone ${zone}`),
+    ...map.ranges.filter((r) => r.zone === zone).map((r) => el("svg:rect", {
+      x: 48 + (x(r.lo) * (width - 48)) / width, y: i * 18 + 4, height: 12, "data-zone-row": zone,
+      width: Math.max(1, ((x(r.hi + 1) - x(r.lo)) * (width - 48)) / width),
+      fill: r.status === "ACTIVE" ? colour(`zone ${zone}`) : r.status === "BLOCK" ? "#c53030" : "#d69e2e" })),
+  ]));
+}
+
+function drawEvents(history, t0, t1, width) {
+  // events behind per pair over the same hour (no target: the seconds chart has it)
+  const svg = document.getElementById("events-chart");
+  const height = 110, left = 48, bottom = 16;
+  const top = Math.max(10, ...history.pairs.flatMap((p) => p.points.map((pt) => pt[1])));
+  const x = (t) => left + ((t - t0) / Math.max(1, t1 - t0)) * (width - left - 8);
+  const y = (n) => height - bottom - (n / top) * (height - bottom - 10);
+  svg.replaceChildren(
+    el("svg:line", { x1: left, y1: y(0), x2: width, y2: y(0), stroke: "#a0aec0" }),
+    el("svg:text", { x: 2, y: y(top) + 4, "font-size": 11 }, `${top} ev`),
+    el("svg:text", { x: 2, y: y(0), "font-size": 11 }, "0"));
+  for (const p of history.pairs) {
+    if (!p.points.length) continue;
+    const key = `${p.source} → ${p.target}`;
+    svg.append(el("svg:polyline", { fill: "none", stroke: colour(key), "stroke-width": 1.5, "data-events-pair": key,
+      points: p.points.map((pt) => `${x(pt[0])},${y(pt[1])}`).join(" ") }));
+  }
 }
 
 function drawLag(history, now) {
@@ -100,6 +133,7 @@ function drawLag(history, now) {
     svg.append(el("svg:polyline", { fill: "none", stroke: colour(key), "stroke-width": 1.5, "data-pair": key,
       "data-points": p.points.length, points: p.points.map((pt) => `${x(pt[0])},${y(pt[2])}`).join(" ") }));
   }
+  drawEvents(history, t0, t1, width);
   document.getElementById("lag-legend").replaceChildren(...history.pairs.map((p) => {
     const key = `${p.source} → ${p.target}`;
     return el("span", {}, el("span", { class: "swatch", style: `background:${colour(key)}` }), `${key} (${p.points.length})`);
