@@ -125,6 +125,13 @@ with DAG(
             type="boolean",
             description="Keep the source's copy of the tenant's resident rows after the move (default: purged).",
         ),
+        "stock_chunk_rows": Param(
+            50_000,
+            type="integer",
+            minimum=100,
+            maximum=10_000_000,
+            description="Rows per chunk of the stock copy (a killed copy redoes at most the chunks in flight).",
+        ),
     },
 ) as dag:
     preflight = ZoneMigrationStepOperator(task_id="preflight", step="preflight")

@@ -36,7 +36,8 @@ DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "le_migration.py"
 # every param a test changes, at its default: dag.test(run_conf=...) leaves a run's conf in
 # the module's DAG object's params, so a later test would inherit what it did not name
 CONF = {"tenant": "7", "to_zone": "b", "reason": "dag test", "ack_timeout_s": 5.0, "mode": "plan1",
-        "sync_timeout_s": 120.0, "max_txn_ms": 500, "stop_window_utc": "", "gate_timeout_s": 3600.0}  # fmt: skip
+        "sync_timeout_s": 120.0, "max_txn_ms": 500, "stop_window_utc": "", "gate_timeout_s": 3600.0,
+        "stock_chunk_rows": 50_000}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +104,75 @@ def test_a_tenant_migrates_to_b_with_its_resident_rows_and_only_b_writes_it_afte
     with pytest.raises(WrongZone, match="owned by zone b"):
         _insert(ga, 7003)
     wait_converged(zones, ("orders",), timeout=60)
+
+
+def test_a_stock_copy_killed_mid_way_is_retried_and_lands_only_the_chunks_left(notes, tenant7, meta, zones, dag):
+    """The stock copy's Spark job killed -9 (spark-submit and its JVM) after a few chunks
+    landed: the task fails, Airflow retries it, the new job skips the chunks done (their
+    commit times unchanged) and the migration ends with every note in b and none in a;
+    tenant 7 writable in b only."""
+    ga, gb = tenant7
+    with ga.transaction() as tx:
+        for n in range(1, 2001):
+            tx.insert("notes", {"note_id": n, "tenant_id": 7, "body": f"n{n}"})
+    earlier = _stock_runs(zones["b"])
+    killed: dict = {}
+    killer = threading.Thread(target=_kill_the_stock_job, args=(zones["b"], earlier, killed), daemon=True)
+    killer.start()
+    run = dag.test(run_conf={**CONF, "stock_chunk_rows": 100})  # about 20 chunks, waves of 4
+    killer.join(10)
+    states = _states(run)
+    assert run.state == "success", states
+    assert killed.get("pids"), f"the stock job was never killed: {killed}"
+    tries = {ti.task_id: ti.try_number for ti in run.get_task_instances()}
+    assert tries["stock"] >= 2, tries
+    after = _done_chunks(zones["b"], killed["run_id"])
+    with zones["b"].connect().cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM zonesync.copy_chunks WHERE run_id = %s", (killed["run_id"],))
+        planned = cur.fetchone()[0]
+    assert len(after) == planned >= 20 and len(killed["done"]) < planned, (planned, len(killed["done"]))
+    assert {n: after[n] for n in killed["done"]} == killed["done"], "chunks done before the kill were copied again"
+    assert note_ids(zones["b"]) == set(range(1, 2001)) and note_ids(zones["a"]) == set()
+    mig = MigrationStore(meta).require(run.run_id)
+    assert (mig.status, mig.phase) == (SUCCEEDED, "lifted")
+    guards.wait_acks(meta, mig.lift_version, {"a", "b"}, 10)
+    _insert(gb, 7401)
+    with pytest.raises(WrongZone, match="owned by zone b"):
+        _insert(ga, 7402)
+
+
+def _stock_runs(b) -> set[str]:
+    with b.connect().cursor() as cur:
+        cur.execute("SELECT DISTINCT run_id FROM zonesync.copy_chunks WHERE run_id LIKE '%.stock'")
+        return {r[0] for r in cur.fetchall()}
+
+
+def _done_chunks(b, run_id: str) -> dict[int, object]:
+    with b.connect().cursor() as cur:
+        cur.execute("SELECT chunk_no, done_at FROM zonesync.copy_chunks WHERE run_id = %s AND status = 'done'",
+                    (run_id,))  # fmt: skip
+        return dict(cur.fetchall())
+
+
+def _kill_the_stock_job(b, earlier: set[str], killed: dict) -> None:
+    """Once this run's stock copy has landed 4 chunks: SIGKILL its spark-submit and JVM."""
+    import psutil
+
+    def landed() -> str | None:
+        for run_id in _stock_runs(b) - earlier:
+            if len(_done_chunks(b, run_id)) >= 4:
+                return run_id
+        return None
+
+    run_id = wait_until(landed, 240, "the stock copy landed 4 chunks", must=False, step=0.02)
+    if not run_id:
+        return
+    jobs = [p for p in psutil.Process().children(recursive=True) if "full_copy.py" in " ".join(p.cmdline())]
+    tree = [q for p in jobs for q in (p, *p.children(recursive=True))]
+    for p in tree:
+        p.kill()
+    psutil.wait_procs(tree, timeout=10)
+    killed.update(run_id=run_id, done=_done_chunks(b, run_id), pids=[p.pid for p in tree])
 
 
 def test_a_row_that_differs_rolls_back_and_the_tenant_stays_writable_in_a(tenant7, meta, zones, dag):

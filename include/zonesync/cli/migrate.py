@@ -39,7 +39,8 @@ def _conf(args) -> dict | str:
         return "--stop-window" + str(exc).removeprefix("stop_window_utc")
     bounds = (("--max-lag-s", args.max_lag_s, 0, "must not be negative"),
               ("--gate-timeout", args.gate_timeout, 1, "at least 1 (seconds)"),
-              ("--plan2-max-rows", args.plan2_max_rows, 0, "must not be negative"))  # fmt: skip
+              ("--plan2-max-rows", args.plan2_max_rows, 0, "must not be negative"),
+              ("--stock-chunk-rows", args.stock_chunk_rows, 100, "at least 100"))  # fmt: skip
     for flag, value, least, words in bounds:
         if value < least:
             return f"{flag}: {words}"
@@ -52,7 +53,8 @@ def _conf(args) -> dict | str:
     return {"tenant": req.be_id, "to_zone": req.target_zone, "mode": req.mode, "reason": req.reason,
             "ack_timeout_s": args.ack_timeout, "sync_timeout_s": args.sync_timeout, "max_lag_s": args.max_lag_s,
             "stop_window_utc": args.stop_window, "gate_timeout_s": args.gate_timeout,
-            "plan2_max_rows": args.plan2_max_rows, "keep_source_copy": args.keep_source_copy}  # fmt: skip
+            "plan2_max_rows": args.plan2_max_rows, "keep_source_copy": args.keep_source_copy,
+            "stock_chunk_rows": args.stock_chunk_rows}  # fmt: skip
 
 
 def cmd_migrate(args) -> int:
@@ -124,6 +126,7 @@ def register(sub) -> None:
     mg.add_argument("--gate-timeout", type=float, default=3600.0, help="roll back if the gate stays closed this long")
     mg.add_argument("--plan2-max-rows", type=int, default=100_000, help="plan2 is refused above this many rows")
     mg.add_argument("--keep-source-copy", action="store_true", help="keep the source's resident rows after the move")
+    mg.add_argument("--stock-chunk-rows", type=int, default=50_000, help="rows per chunk of the stock copy")
     mg.add_argument("--timeout", type=float, default=3600.0, help="stop following after (s)")
     mg.add_argument("--no-follow", action="store_true", help="trigger and return the run id")
     mg.set_defaults(func=cmd_migrate)

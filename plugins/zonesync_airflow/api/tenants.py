@@ -79,6 +79,7 @@ class MigrationBody(BaseModel):
     gate_timeout_s: float = Field(3600.0, ge=1, le=604800)
     plan2_max_rows: int = Field(100_000, ge=0, le=100_000_000)
     keep_source_copy: bool = False
+    stock_chunk_rows: int = Field(50_000, ge=100, le=10_000_000)
 
 
 @routes.post("/tenants/{tenant}/migrations", status_code=202)

@@ -173,6 +173,8 @@ def stock_copy(task_id: str, name: str, started_task: str = "admit", **kwargs):
             f"{{{{ {started}['where'] }}}}",
             "--parallel",
             "4",
+            "--chunk-rows",
+            "{{ params.stock_chunk_rows }}",
             "--table",
             f"{{{{ {started}['tables'] }}}}",
         ],  # fmt: skip
