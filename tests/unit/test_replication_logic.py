@@ -562,3 +562,44 @@ def test_complete_prefix_keeps_a_transaction_until_its_last_row_in_the_partition
     # an event followed by another transaction's ended its own (a replicator without txn_end)
     unmarked = [e(10, "t1"), e(20, "t1"), e(30, "t2")]
     assert complete_prefix(unmarked) == (unmarked[:2], unmarked[2:])
+
+
+def test_the_resident_tables_are_known_once_meta_answered_even_with_no_rules(monkeypatch):
+    """Step 7: meta unreachable since the start: not known (a pass applies nothing); meta
+    answering "no rules published" (MetaOutage.call says True): known, none resident (it
+    crashed the pass once: True was indexed as a (version, rules) pair); rules: theirs."""
+    from zonesync.apply.loop.applier import Applier
+    from zonesync.apply.loop.settings import ApplierSettings
+    from zonesync.meta.db import MetaError
+    from zonesync.meta.store import MetaStore
+    from zonesync.rules import parse
+
+    applier = Applier(
+        "b",
+        ["a"],
+        writer_factory=None,
+        meta=None,
+        partitions=2,
+        bootstrap=lambda: "unused",
+        settings=ApplierSettings(check_owners=False),
+    )  # (with the owners' check: theirs, known once read)
+    answers = iter([MetaError("down"), None])
+
+    def rules_at(self, version=None):
+        got = next(answers)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    monkeypatch.setattr(MetaStore, "rules_at", rules_at)
+    assert applier._read_resident() is False and applier.resident == {}
+    applier.meta_outage.retry_at = 0.0  # (no wait for the next try)
+    assert applier._read_resident() is True and applier.resident == {}
+    doc = {"zsid_space": {"min": 0, "max": 9}, "rules": [{"zsids": "0-9", "zone": "a"}],
+           "tables": {"notes": {"column": "t", "function": "modulo", "buckets": 10, "resident": True,
+                                "entity": {"type": "tenant", "column": "t"}}}}  # fmt: skip
+    monkeypatch.setattr(MetaStore, "rules_at", lambda self, version=None: (3, parse(doc, "test")))
+    assert applier._read_resident() is True and applier.resident == {"notes": ("tenant", "t")}
+    monkeypatch.setattr(MetaStore, "rules_at", rules_at)  # down again: the last ones read stay
+    answers = iter([MetaError("down")])
+    assert applier._read_resident() is True and applier.resident == {"notes": ("tenant", "t")}

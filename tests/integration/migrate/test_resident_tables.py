@@ -364,3 +364,45 @@ def test_a_resident_table_the_stock_copy_cannot_take_is_refused_before_anything_
     with zones["b"].connect("zonesync_app") as conn:
         assert not resident.admitted(conn, "uk-7")
     steps.rollback(ctx, "test")
+
+
+def _tenant_in(inst, tenant_id: int) -> bool:
+    with inst.connect("zonesync_app").cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM tenants WHERE tenant_id = %s", (tenant_id,))
+        return cur.fetchone()[0] == 1
+
+
+def test_an_applier_that_cannot_ask_meta_never_applies_a_resident_row(notes, guard_env, zones, meta, broker,
+                                                                       test_cfg):  # fmt: skip
+    """S004-37 with meta unreachable (S003-03): an applier that starts without meta applies
+    nothing until it has read which tables are resident (a note would land in b as an
+    ordinary row); once meta answers, ordinary rows flow and notes do not. One partition:
+    a tenant row written after a note is applied after the note's event."""
+    from tests.support.replication import Cluster, reset_state
+    from tests.support.tcp_proxy import TcpProxy
+    from zonesync.meta.db import MetaConfig
+
+    reset_state(zones, meta)
+    proxy = TcpProxy(meta.port).start()
+    cluster = Cluster(zones, MetaConfig(meta.host, proxy.port, meta.user, meta.password, meta.database), broker,
+                      test_cfg.broker_file, partitions=1)  # fmt: skip
+    ga = guard_env("a")
+    try:
+        cluster.start(which=("replicator",), zones=("a",))
+        cluster.wait_started()
+        proxy.cut()
+        cluster.start(which=("applier",), zones=("b",))
+        _note(ga, 1, 7)
+        with ga.transaction() as tx:
+            tx.insert("tenants", {"tenant_id": 1, "name": "after note 1"})
+        time.sleep(2.0)  # the applier runs, meta unreachable: it must hold everything
+        assert not _tenant_in(zones["b"], 1) and note_ids(zones["b"]) == set()
+        proxy.restore()
+        wait_until(lambda: _tenant_in(zones["b"], 1), 30, "b applied a's stream once meta answered")
+        assert note_ids(zones["b"]) == set() and note_ids(zones["a"]) == {1}, "a resident row was applied in b"
+    finally:
+        if proxy._listener is None:
+            proxy.restore()
+        cluster.stop()
+        proxy.cut()
+        reset_state(zones, meta)

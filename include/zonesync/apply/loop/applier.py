@@ -144,6 +144,7 @@ class Applier:
         self.copying: frozenset[str] = frozenset()  # decided by version alone: copy_tables + resident
         self.copy_tables: frozenset[str] = frozenset()  # tables in copy mode in this zone (step 6)
         self.resident: dict[str, tuple[str, str]] = {}  # the newest rules' resident tables (step 7)
+        self.resident_known = False  # read from meta at least once (a pass applies nothing before)
         self.meta_outage = MetaOutage(f"applier {zone}", log)
         self._unsent_alerts: list[tuple[str, dict]] = []
         self._topics_confirmed = False  # meta confirmed the partition counts once
@@ -224,23 +225,40 @@ class Applier:
         self.copy_tables = tables
         self._hand_tables()
 
-    def _read_resident(self) -> None:
+    def _read_resident(self) -> bool:
         """Step 7: the newest rules' resident tables, handed to every writer when they
         changed (resident.py: their rows applied only for the entities admitted here, by
-        version alone). Meta unreachable: the last ones read stay in force."""
+        version alone). No rules published: none. Meta unreachable: the last ones read stay
+        in force. False while this applier has never read them: its pass must not apply
+        anything yet."""
         if self.owners is not None:
-            rules = self.owners.newest()
+            known, rules = self.owners.known, self.owners.newest()
         else:
-            found = self.meta_outage.call(MetaStore(self.meta).rules_at, default=None)
-            rules = found[1] if found else None
-        if rules is None:
-            return
-        tables = resident_tables(rules)
-        if tables == self.resident:
-            return
-        log.info("applier %s: resident tables: %s", self.zone, sorted(tables) or "none")
-        self.resident = tables
-        self._hand_tables()
+            found = self.meta_outage.call(MetaStore(self.meta).rules_at, default=False)
+            # (the call says True for "no rules published", False for "meta unreachable")
+            known, rules = found is not False, found[1] if isinstance(found, tuple) else None
+        if not known:
+            return self.resident_known
+        self.resident_known = True
+        tables = resident_tables(rules) if rules is not None else {}
+        if tables != self.resident:
+            log.info("applier %s: resident tables: %s", self.zone, sorted(tables) or "none")
+            self.resident = tables
+            self._hand_tables()
+        return True
+
+    def _wait_for_resident(self) -> None:
+        """A pass's start: until this applier has read the resident tables once, nothing is
+        applied (a resident row applied as an ordinary one would land in a unit it does not
+        belong to). A pass that starts again while meta is down keeps the last ones read."""
+        warned = False
+        while not self.stopping and not self._read_resident():
+            if not warned:
+                warned = True
+                log.warning("applier %s: meta has not told the resident tables yet: applying nothing until it "
+                            "does", self.zone)  # fmt: skip
+            time.sleep(1.0)
+            self._read_rules()
 
     def _hand_tables(self) -> None:
         """Every writer's `copying` and resident tables replaced whole (a batch never sees
@@ -319,7 +337,7 @@ class Applier:
         self.book.reset()
         self._read_copy_tables()
         self._read_rules()
-        self._read_resident()
+        self._wait_for_resident()
         link = _Pass(self.bootstrap())
         link.consumer = self._open_consumer(link)
         # One single-threaded executor per worker: a worker applies its shares in order.
