@@ -14,11 +14,12 @@ CREATE TABLE IF NOT EXISTS lag_samples (
     KEY idx_lag_samples_bucket (bucket)
 ) ENGINE=InnoDB;
 
--- The console pages every kind of run by its start, newest first.
-ALTER TABLE switches ADD INDEX IF NOT EXISTS idx_switches_created (created_at);
-ALTER TABLE copies ADD INDEX IF NOT EXISTS idx_copies_created (created_at);
-ALTER TABLE checks ADD INDEX IF NOT EXISTS idx_checks_created (created_at);
-ALTER TABLE migrations ADD INDEX IF NOT EXISTS idx_migrations_created (created_at);
+-- The console pages every kind of run by its start, newest first (the run id tells apart
+-- runs started in the same microsecond).
+ALTER TABLE switches ADD INDEX IF NOT EXISTS idx_switches_created (created_at, run_id);
+ALTER TABLE copies ADD INDEX IF NOT EXISTS idx_copies_created (created_at, run_id);
+ALTER TABLE checks ADD INDEX IF NOT EXISTS idx_checks_created (created_at, run_id);
+ALTER TABLE migrations ADD INDEX IF NOT EXISTS idx_migrations_created (created_at, run_id);
 
 -- A tag backfill's run (spark_jobs/tag_backfill.py), for the console and `zonesync runs`:
 -- the job's driver writes its plan and, after each wave, what it has done; a resumed run
@@ -46,5 +47,5 @@ CREATE TABLE IF NOT EXISTS backfills (
     updated_at      TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
     finished_at     TIMESTAMP(6) NULL,
     UNIQUE KEY uq_backfills_run (run_id),
-    KEY idx_backfills_created (created_at)
+    KEY idx_backfills_created (created_at, run_id)
 ) ENGINE=InnoDB;

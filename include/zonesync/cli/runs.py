@@ -48,7 +48,7 @@ def register(sub) -> None:
     r = sub.add_parser("runs", help="switches, copies, checks and migrations, newest first, with progress and ETA")
     r.add_argument("--kind", choices=["switch", "copy", "check", "migration", "backfill"], help="only this kind")
     r.add_argument("--limit", type=int, default=20, help="runs per page (1..500)")
-    r.add_argument("--before", help="the page before this start time (the `older:` line of the page before)")
+    r.add_argument("--before", help="the page after this one (the `older:` line of the page before), or a start time")
     r.add_argument("--json", action="store_true", help="print the page as the HTTP API returns it")
     r.set_defaults(func=cmd_runs)
     h = sub.add_parser("health", help="each zone's guards, replicator, appliers and alerts; exit 1 if one is degraded")

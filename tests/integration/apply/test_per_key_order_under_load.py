@@ -132,6 +132,12 @@ def _targets() -> dict[str, list[int]]:
     return {z: sorted(k for k, owner in OWNER.items() if owner != z) for z in ZONES}
 
 
+def _lanes_used(rec: Recorder, run: int) -> int:
+    """How many of run `run`'s workers have applied a round in this target."""
+    with rec.lock:
+        return len({lane for (r, _), lanes in rec.lanes.items() if r == run for lane in lanes})
+
+
 def _wait_progress(writers, fraction: float, timeout: float = 60) -> None:
     wait_until(
         lambda: min(w.done for w in writers) >= fraction * TRANSACTIONS or not any(w.is_alive() for w in writers),
@@ -185,6 +191,11 @@ def test_two_keys_per_transaction_stay_in_order_while_workers_change(
             applier.writer_factory = recorders[z].wrap(applier.writer_factory, run)
             cluster.appliers[z] = applier
         cluster.start(which=("applier",))
+        # each run must have shared out rounds to more than one worker in every target
+        # before it is stopped: a run stopped while its appliers were still starting (a
+        # loaded machine) would test nothing (as in test_partition_worker_counts.py)
+        wait_until(lambda: all(_lanes_used(recorders[z], run) > 1 for z in targets), 60,
+                   f"run {run}'s appliers shared out rounds to their workers in every target", step=0.02)  # fmt: skip
 
     try:
         cluster.start(which=("replicator",))

@@ -13,7 +13,8 @@ from tests.integration.console.conftest import PREFIX
 
 pytestmark = pytest.mark.integration
 
-T0 = dt.datetime(2026, 11, 27, 12, 0, 0)
+# in the future: the runs a test adds are the newest, whatever runs earlier tests left
+T0 = dt.datetime(2037, 1, 1, 12, 0, 0)  # (TIMESTAMP ends in 2038)
 
 
 ADD = {

@@ -4,6 +4,8 @@ by a clock; `make bench` times it."""
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from tests.integration.console.conftest import PREFIX
@@ -24,7 +26,8 @@ def big_meta(meta):
              f"(seq % 7) / 100 FROM seq_0_to_{SAMPLES - 1}")  # fmt: skip
     meta.run("INSERT INTO apply_lag (source_zone, target_zone, partition_no, applied_lsn, behind_events, "
              "behind_seconds) VALUES ('x', 'z', 0, 1, 0, 0), ('y', 'z', 0, 1, 0, 0)")  # fmt: skip
-    start = f"NOW(6) - INTERVAL {4 * RUNS_EACH} SECOND + INTERVAL seq SECOND"
+    # a day ahead: these are the newest runs, whatever runs earlier tests left
+    start = "NOW(6) + INTERVAL 1 DAY + INTERVAL seq SECOND"
     seqs = f"seq_0_to_{RUNS_EACH - 1}"
     meta.run("INSERT INTO switches (run_id, zsids, from_zone, to_zone, reason, actor, status, created_at) "
              f"SELECT CONCAT('{PREFIX}s', seq), '0-9', 'a', 'b', 'r', 't', 'succeeded', {start} "
@@ -74,11 +77,16 @@ def test_a_page_of_runs_from_ten_thousand_reads_each_kind_by_its_start(api, meta
     times = [r["created_at"] for r in page["runs"]]
     assert times == sorted(times, reverse=True)
     assert {r["kind"] for r in page["runs"]} == {"switch", "copy", "check", "migration"}  # interleaved by time
-    deep = api.get("/api/v1/runs", params={"limit": 50, "before": page["runs"][-1]["created_at"]}).json()
-    assert deep["runs"][0]["created_at"] < page["runs"][-1]["created_at"]
+    deep = api.get("/api/v1/runs", params={"limit": 50, "before": page["next_before"]}).json()
+    assert (deep["runs"][0]["created_at"], deep["runs"][0]["run_id"]) < (page["runs"][-1]["created_at"],
+                                                                         page["runs"][-1]["run_id"])  # fmt: skip
+    assert not {r["run_id"] for r in deep["runs"]} & {r["run_id"] for r in page["runs"]}
     from zonesync.console import runs
 
     for kind, table in (("switch", "switches"), ("copy", "copies"), ("check", "checks"), ("migration", "migrations")):
-        sql = f"{runs._SELECT[kind]} WHERE created_at < %s ORDER BY created_at DESC LIMIT 50"
-        plan = _plans(meta, sql, (deep["next_before"],))
+        at, _, run_id = deep["next_before"].partition("|")
+        sql = (f"{runs._SELECT[kind]} WHERE created_at <= %s AND (created_at < %s OR run_id < %s) "
+               "ORDER BY created_at DESC, run_id DESC LIMIT 50")  # fmt: skip
+        at = datetime.datetime.fromisoformat(at)  # (as runs.recent passes it)
+        plan = _plans(meta, sql, (at, at, run_id))
         assert plan[0]["key"] == f"idx_{table}_created" and plan[0]["type"] == "range", (kind, plan)
