@@ -45,10 +45,14 @@ def build(meta, run_id: str, limit: int = 1000) -> dict:
 
 
 def progress(table: str, chunks: list[dict]) -> str:
-    """Chunks done of all, rows, rate and ETA of one table's check (a chunk is done once
-    its numbers are in, whatever they say)."""
-    rows = [{**c, "status": "pending" if c["status"] == "pending" else "done"} for c in chunks]
-    return progress_text(summarize((table,), rows)[table])
+    """Chunks done of all, rows, rate and ETA of one table's check."""
+    return progress_text(summarize((table,), as_done(chunks))[table])
+
+
+def as_done(chunks: list[dict]) -> list[dict]:
+    """A check's chunks as copy.chunks.summarize counts them: done once its numbers are in,
+    whatever they say."""
+    return [{**c, "status": "pending" if c["status"] == "pending" else "done"} for c in chunks]
 
 
 def _count(values) -> dict:

@@ -39,16 +39,17 @@ def zone_endpoint(zone: str):
 
 
 def zone_conn(zone: str):
-    """A new connection to a zone's database: UTC, not autocommit, the Endpoint's timeouts."""
-    return zone_endpoint(zone).connect(autocommit=False, init_command="SET time_zone = '+00:00'")
+    """A new connection to a zone's database: UTC, not autocommit (console/access.py)."""
+    from zonesync.console.access import zone_conn as connect
+
+    return connect(zone)
 
 
 def zone_writer(zone: str):
-    """The applier's writer on a zone's database (locks add / resolve)."""
-    from zonesync.apply.batch.writer import ZoneWriter
+    """The applier's writer on a zone's database (console/access.py)."""
+    from zonesync.console.access import zone_writer as writer
 
-    ep = zone_endpoint(zone)
-    return ZoneWriter(ep.host, ep.port, ep.user, ep.password, ep.database)
+    return writer(zone)
 
 
 def zone_names() -> list[str]:

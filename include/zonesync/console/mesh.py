@@ -9,7 +9,8 @@ operator can act on; open alerts are counted per zone.
 
 from __future__ import annotations
 
-from zonesync.apply.tools.progress import STALE_AFTER_S
+from zonesync.apply.tools.progress import STALE_AFTER_S, lag_report
+from zonesync.capture import lag as capture_lag
 from zonesync.meta import guards
 from zonesync.meta.db import MetaConfig
 from zonesync.meta.store import MetaStore
@@ -23,16 +24,10 @@ def zones(meta: MetaConfig) -> list[dict]:
     leases = {z: (holder, float(left)) for z, holder, left in meta.run(
         "SELECT zone, holder, TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) / 1e6 "
         "FROM replicator_leases")[0]}  # fmt: skip
-    capture = {z: (int(b), float(s), float(age)) for z, b, s, age in meta.run(
-        "SELECT zone, behind_bytes, behind_seconds, TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) / 1e6 "
-        "FROM capture_lag")[0]}  # fmt: skip
-    applied = {}
-    for s, t, ev, sec, age in meta.run(
-        "SELECT source_zone, target_zone, SUM(behind_events), MAX(behind_seconds), "
-        "MAX(TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6))) / 1e6 FROM apply_lag GROUP BY 1, 2"
-    )[0]:
-        applied.setdefault(t, {})[s] = {"behind_events": int(ev), "behind_seconds": float(sec),
-                                        "reported_s_ago": round(float(age), 1)}  # fmt: skip
+    capture = {z: (behind, sec, age) for z, behind, sec, age in capture_lag.report(meta)}
+    applied: dict[str, dict] = {}
+    for s, t, ev, sec, age, _ in lag_report(meta):
+        applied.setdefault(t, {})[s] = {"behind_events": ev, "behind_seconds": sec, "reported_s_ago": round(age, 1)}
     alerts = dict(meta.run("SELECT zone, COUNT(*) FROM alerts WHERE acked = 0 GROUP BY zone")[0])
     out = []
     for name, zone_id in sorted(names.items(), key=lambda kv: kv[1]):

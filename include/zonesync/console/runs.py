@@ -16,9 +16,11 @@ import datetime as dt
 import json
 from urllib.parse import quote
 
+from zonesync.check.report import as_done
 from zonesync.check.store import CheckStore
 from zonesync.copy import chunks
 from zonesync.meta.db import MetaConfig
+from zonesync.migrate.steps import stock_run_id
 
 DAGS = {"switch": "zone_switch", "copy": "full_copy", "check": "consistency_check", "migration": "le_migration",
         "backfill": "tag_backfill"}  # fmt: skip
@@ -134,8 +136,7 @@ def progress(meta: MetaConfig, run: dict, zone_conn=None) -> dict | None:
     if run["kind"] == "check":
         store = CheckStore(meta)
         check = store.require(run["run_id"])
-        rows = [{**c, "status": "pending" if c["status"] == "pending" else "done"}
-                for t in check.tables for c in store.chunks(run["run_id"], t)]  # fmt: skip
+        rows = [c for t in check.tables for c in as_done(store.chunks(run["run_id"], t))]
         return combine(chunks.summarize((), rows))
     if run["kind"] == "backfill":
         from zonesync.tagging.backfill_runs import BackfillRuns
@@ -143,7 +144,7 @@ def progress(meta: MetaConfig, run: dict, zone_conn=None) -> dict | None:
         found = BackfillRuns(meta).get(run["run_id"])
         return None if found is None or not found["total"] else found
     if run["kind"] in ("copy", "migration") and zone_conn is not None:
-        run_id = run["run_id"] if run["kind"] == "copy" else f"{run['run_id']}.stock"  # migrate.steps.stock_run_id
+        run_id = run["run_id"] if run["kind"] == "copy" else stock_run_id(run["run_id"])
         try:
             conn = zone_conn(run["target_zone"])
         except Exception:  # noqa: BLE001 - a zone out of reach: no progress shown, the rest of the page is

@@ -124,14 +124,6 @@ class ResolveBody(BaseModel):
     drop_held: bool = False
 
 
-def _writer(zone: str):
-    from zonesync.apply.batch.writer import ZoneWriter
-    from zonesync.runtime.endpoints import zone_endpoint
-
-    ep = zone_endpoint(zone)
-    return ZoneWriter(ep.host, ep.port, ep.user, ep.password, ep.database)
-
-
 async def _known_zone(zone: str) -> list[str]:
     names = await asyncio.to_thread(zones)
     if zone not in names:
@@ -143,10 +135,11 @@ async def _known_zone(zone: str) -> list[str]:
 async def lock_add(zone: str, body: LockBody) -> dict:
     """As `zonesync locks add`: the row's changes are held from now on (409 if locked already)."""
     from zonesync.console import locks
+    from zonesync.console.access import zone_writer
 
     names = await _known_zone(zone)
     try:
-        done = await asyncio.to_thread(locks.add, zone, body.table, body.pk, body.reason, names, _writer)
+        done = await asyncio.to_thread(locks.add, zone, body.table, body.pk, body.reason, names, zone_writer)
     except locks.LockError as exc:
         raise bad(exc) from None
     if not done["added"]:
@@ -159,10 +152,11 @@ async def lock_resolve(zone: str, body: ResolveBody) -> dict:
     """As `zonesync locks resolve` (404 if the row was not locked; 409 if its held changes
     are gone from the broker, or a released change locked it again)."""
     from zonesync.console import locks
+    from zonesync.console.access import zone_writer
 
     await _known_zone(zone)
     try:
-        done = await asyncio.to_thread(locks.resolve, meta(), zone, body.table, body.pk, body.drop_held, _writer,
+        done = await asyncio.to_thread(locks.resolve, meta(), zone, body.table, body.pk, body.drop_held, zone_writer,
                                        zone_conn)  # fmt: skip
     except locks.LockError as exc:
         raise bad(exc) from None

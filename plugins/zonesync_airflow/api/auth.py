@@ -49,10 +49,10 @@ def zones() -> list[str]:
 
 
 def zone_conn(zone: str):
-    """A zone's database, as the `zonesync` command reaches it (ZONESYNC_ZONE_<NAME>_URL)."""
-    from zonesync.runtime.endpoints import zone_endpoint
+    """A zone's database, as the `zonesync` command reaches it (console/access.py)."""
+    from zonesync.console.access import zone_conn as connect
 
-    return zone_endpoint(zone).connect(autocommit=False, init_command="SET time_zone = '+00:00'")
+    return connect(zone)
 
 
 def bad(exc: Exception, status: int = 400) -> HTTPException:
