@@ -68,6 +68,8 @@ def test_every_zones_rows_are_tagged_moved_and_deleted_and_a_restart_changes_not
     _write(guard_env)
     store = TagStore(lambda: zones["b"].connect("zonesync_app"), "zonesync_app")
     wait_until(lambda: sum(len(v) for v in store.rows_of("tenant", "807").values()) == 4, 30, "c's rows tagged in b")
+    # a's stream is another topic: c's rows tagged says nothing about a's (await them too)
+    wait_until(lambda: sum(len(v) for v in store.rows_of("tenant", "7").values()) == 4, 30, "a's rows tagged in b")
     assert store.rows_of("tenant", "7") == {"orders": ["[70]", "[71]", "[72]"], "tenants": ["[7]"]}
     assert {len(store.rows_of("tenant", str(t)).get("orders", [])) for t in OWN.values()} == {3}
 
