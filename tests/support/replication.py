@@ -31,6 +31,7 @@ REPLICATION_META = (
     "lag_samples",
     "capture_lag",
     "change_topics",
+    "schema_changes",
 )
 
 
@@ -56,7 +57,7 @@ def reset_state(zones, meta) -> None:
             cur.execute("SET SESSION skip_replication = 1")
             for t in APP_TABLES:
                 cur.execute(f"DELETE FROM zonesync_app.{t}")
-            for t in ("apply_state", "tombstones", "row_locks"):
+            for t in ("apply_state", "tombstones", "row_locks", "table_holds", "parked_events"):
                 cur.execute(f"DELETE FROM zonesync.{t}")
         conn.close()
     with meta.connect().cursor() as cur:

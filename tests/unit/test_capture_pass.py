@@ -116,6 +116,7 @@ def xid(log_pos: int, timestamp: int = 1_700_000_000) -> LeanXidEvent:
 class Query(QueryEvent):
     def __init__(self, query: str, log_pos: int):
         self.packet, self.query, self.timestamp = header(log_pos), query, 1_700_000_000
+        self.schema = b"zonesync_app"  # the session's database when it ran
 
 
 def feed(rep: Replicator, s: PassState, *events) -> list:
@@ -192,8 +193,12 @@ def test_a_ddl_is_a_boundary_a_begin_is_not_and_a_commit_query_commits(rep):
     s = state(rep)
     feed(rep, s, gtid(9, 100), Query("ALTER TABLE t ADD COLUMN w INT", 180))
     assert (s.txn, s.boundary) == (None, (FILE, 180)), "a DDL is its own GTID group, ended with no Xid"
+    assert ("zonesync_app", "t") not in rep.source._pks, "the DDL made the replicator forget t's key"
+    rep.source._pks[("zonesync_app", "t")] = ["id"]  # (asked again of the zone next: not here)
+    feed(rep, s, gtid(8, 182), Query("ALTER TABLE other_schema.t ADD COLUMN w INT", 185))
+    assert ("zonesync_app", "t") in rep.source._pks, "DDL on a schema not replicated changes nothing"
     feed(rep, s, gtid(10, 200), Query("BEGIN", 240))
-    assert s.txn is not None and s.boundary == (FILE, 180), "BEGIN is inside the transaction"
+    assert s.txn is not None and s.boundary == (FILE, 185), "BEGIN is inside the transaction"
     feed(rep, s, rows(LeanWriteRowsEvent, 300, [4]), Query(" commit ", 330))
     assert (s.txn, s.boundary) == (None, (FILE, 330)) and len(queued(s)) == 1
 

@@ -439,9 +439,11 @@ class _Writer:
 
     def __init__(self, committed: list, fail_lsn: int):
         from zonesync.apply.batch.resident import ResidentGate
+        from zonesync.apply.batch.table_holds import TableHolds
 
         self.committed, self.fail_lsn = committed, fail_lsn
         self.resident = ResidentGate()  # (the applier hands it the rules' resident tables)
+        self.holds = TableHolds()  # (and the zone's held tables)
 
     def apply_many(self, changes, positions):
         from zonesync.apply.batch.batch_result import BatchResult

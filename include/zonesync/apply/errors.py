@@ -10,6 +10,10 @@ What each one means, and what the applier does with it:
   halt`): nothing written, the pass restarts and leaves it halted.
 - TableMissing: events for a table the target lacks or that has no primary key: the
   partitions that carried them halt (S001-17).
+- SchemaMismatch: events of tables whose definition in the target disagrees with them
+  (a column renamed, dropped, added or retyped on one side; a changed primary key):
+  those tables are held, their events parked, and every other table goes on
+  (batch/table_holds.py).
 - PartitionsStopped: serial apply stopped partitions before events it could not place
   (a unique value another row holds; a row whose earlier versions have not arrived);
   the rest committed. The applier retries them serially, then halts or locks.
@@ -45,6 +49,15 @@ class TableMissing(ApplyError):
     def __init__(self, table: str, message: str, keys: set[tuple[str, int]] = frozenset()):
         super().__init__(message)
         self.table, self.keys = table, set(keys)  # keys: (source zone, partition)
+
+
+class SchemaMismatch(ApplyError):
+    """Tables whose definition in the target disagrees with their events (table_holds.py):
+    `tables` maps each to what differs. Retrying cannot help: the tables are held."""
+
+    def __init__(self, tables: dict[str, str]):
+        super().__init__("; ".join(f"{t}: {why}" for t, why in sorted(tables.items())) or "definitions disagree")
+        self.tables = dict(tables)
 
 
 class Stop(NamedTuple):

@@ -53,13 +53,14 @@ alert each and are retried every few seconds (faults.py).
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from zonesync.capture import resend_plan
+from zonesync.capture import ddl, resend_plan
 from zonesync.capture.binlog import registered_reader
 from zonesync.capture.binlog_stream import open_reader
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
@@ -85,7 +86,7 @@ from zonesync.events import (
     UPDATE,
     file_number,
 )
-from zonesync.meta import resends, topics
+from zonesync.meta import resends, schema_changes, topics
 from zonesync.meta.db import MetaConfig
 from zonesync.meta.outage import MetaOutage
 from zonesync.runtime import transport
@@ -402,8 +403,27 @@ class Replicator:
         if s.txn is not None and not s.txn.rows and not query.startswith(IN_TRANSACTION):
             # A DDL is its own GTID group and ends with no Xid: nothing to publish
             # (DDL is not replicated), but the position after it is a boundary.
+            self._on_ddl(ev, log_file)
             s.commit_read(log_file, ev.packet.log_pos)
         return None
+
+    def _on_ddl(self, ev, log_file: str) -> None:
+        """A DDL on a replicated table (capture/ddl.py): what was known of the table is
+        forgotten, and the statement recorded in meta, once per position (meta down: only
+        logged; the appliers' holds then name no statement)."""
+        default = ev.schema.decode() if isinstance(ev.schema, bytes) else str(ev.schema or "")
+        changed = ddl.table_changed(ev.query, default)
+        if changed is None or changed[0] not in self.source.schemas:
+            return
+        schema, table = changed
+        self.source.forget(schema, table)
+        log.info("replicator %s: DDL on %s.%s at %s:%s: %s", self.zone, schema, table, log_file,
+                 ev.packet.log_pos, " ".join(ev.query.split())[:300])  # fmt: skip
+        change = schema_changes.SchemaChange(
+            self.zone, log_file, ev.packet.log_pos, schema, table, ev.query,
+            datetime.datetime.fromtimestamp(ev.timestamp, datetime.UTC).replace(tzinfo=None),
+        )  # fmt: skip
+        self.meta_outage.call(schema_changes.record, self.meta, change)
 
     def _on_other(self, s: PassState, ev, log_file: str):
         """Rotations and heartbeats: nothing to read in them; the tick does their work."""

@@ -98,9 +98,13 @@ class SourceDB:
         finally:
             conn.close()
 
+    def forget(self, schema: str, table: str) -> None:
+        """A DDL changed the table: its key is asked again when next needed."""
+        self._pks.pop((schema, table), None)
+
     def primary_key(self, schema: str, table: str) -> list[str]:
-        """A table's key columns, asked once per table for the life of the process (a key
-        change is a DDL, and DDL on replicated tables is not supported while capturing)."""
+        """A table's key columns, asked once per table until a DDL on it is read (forget):
+        the key of the rows read after it is asked then."""
         key = (schema, table)
         if key not in self._pks:
             conn = self.connect()

@@ -27,6 +27,7 @@ from zonesync.cli import (
     replication,
     rules,
     runs,
+    schema,
     switch,
     tags,
     workers,
@@ -36,7 +37,7 @@ from zonesync.cli.common import fail
 
 # in the order `zonesync --help` lists them
 GROUPS = (dev, meta, rules, tags, entity, kv, guards, workers, replication, binlog, locks, switch, copy, check, migrate,
-          zones, runs)  # fmt: skip
+          schema, zones, runs)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

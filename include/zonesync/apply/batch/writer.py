@@ -41,7 +41,11 @@ What goes wrong, and what the writer does then (apply_many):
   not arrive in time (`expired_waits`);
 - a deadlock or a lock-wait timeout: the whole transaction again;
 - a server that refuses LOAD DATA LOCAL: INSERTs from then on (load_data.py);
-- a table the target lacks, or a stale position: raised, nothing written.
+- a table the target lacks, or a stale position: raised, nothing written;
+- a table whose definition here disagrees with its events (the target refuses them, or
+  their key is not its primary key): SchemaMismatch naming the tables and the
+  difference, nothing written; the applier holds them, and from then on their events
+  are parked in the transaction that applies the rest (table_holds.py).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from zonesync.apply.batch.literals import literal_function
 from zonesync.apply.batch.merge import NetChange, merge
 from zonesync.apply.batch.resident import ResidentGate
 from zonesync.apply.batch.statements import send
+from zonesync.apply.batch.table_holds import DEFINITION_ERRORS, TableHolds, diagnose, key_mismatch
 from zonesync.apply.batch.unique_keys import apply_serial
 from zonesync.apply.batch.write_plan import plan_writes
 from zonesync.apply.bookkeeping import apply_state, tombstones
@@ -96,6 +101,9 @@ class ZoneWriter:
         # here; the applier sets `resident.tables` from the rules (and puts them in `copying`)
         self.resident = ResidentGate()
         self._other_unique: dict[str, bool] = {}  # table -> a unique key besides the primary key
+        # tables held in this zone (table_holds.py): their events parked; the applier sets `holds.tables`
+        self.holds = TableHolds()
+        self.zone = ""  # the target zone's name, for what a SchemaMismatch says (the applier's)
 
     def connect(self):
         if self.conn is None:
@@ -145,6 +153,12 @@ class ZoneWriter:
         except pymysql.err.Error:
             self.close()
 
+    def forget(self, table: str) -> None:
+        """What this writer learnt of a table's definition: asked again (after a schema change)."""
+        self._pks.pop(table, None)
+        self._other_unique.pop(table, None)
+        self._marked.discard(table)
+
     def primary_key(self, table: str) -> list[str]:
         if table not in self._pks:
             pk = primary_key(self.connect(), table)  # (the connection's database)
@@ -166,11 +180,12 @@ class ZoneWriter:
         columns = set(pk_cols)
         for change in changes:
             if change.pk.keys() != columns:
-                raise ApplyError(f"event for {table} keyed by {sorted(change.pk)}, but its primary key is {pk_cols}")
+                self.forget(table)
+                raise key_mismatch(table, self.zone or self.database, sorted(change.pk), pk_cols)
         return pk_cols
 
     def apply_many(
-        self, changes: list[tuple[str, list[ChangeEvent]]], positions: list[tuple[str, int, int, int, int]]
+        self, changes: list[tuple[str, list[ChangeEvent]]], positions: list[tuple[str, int, int, int, int]], park=True
     ) -> BatchResult:
         """Apply several partitions' events and record their positions, as one transaction.
 
@@ -186,18 +201,25 @@ class ZoneWriter:
         The attempts escalate: new rows unread, then read first, then (after a duplicate
         key on the read-first path) serially in source order; see the module's failure
         list for what each outcome leads to.
+
+        Events of held tables are parked (table_holds.py), unless `park` is False (a
+        drain applying parked events).
         """
         read_first = serial = False
         for attempt in range(7):
             conn = self.connect()
             try:
-                # first in the transaction: the admits' shared lock (resident.py)
+                held = 0
+                # first in the transaction: the admits' shared lock (resident.py), the holds' (table_holds.py)
                 kept, left_out = self.resident.kept(conn, changes)
+                if park:
+                    kept, held = self.holds.kept(conn, kept)
                 if serial:
                     result = apply_serial(self, conn, kept, positions)
                 else:
                     result = self._apply(conn, kept, positions, read_first)  # commits (its last statement)
                 result.skipped += left_out
+                result.held += held
                 return result
             except NotAllNew:
                 self.rollback(conn)
@@ -205,24 +227,40 @@ class ZoneWriter:
             except WaitForVersions:
                 self.rollback(conn)
                 serial = read_first = True
-            except pymysql.err.IntegrityError as exc:
+            except pymysql.err.MySQLError as exc:
                 self.rollback(conn)
-                if exc.args[0] != 1062 or serial:
+                if exc.args and exc.args[0] in DEFINITION_ERRORS:
+                    raise self._mismatch(changes, exc) from exc
+                if not self._retry_after(exc, attempt, serial):
                     raise
-                # the new-rows INSERT met an existing key: read first; a read-first write met a
-                # unique value twice: one event at a time, in source order (unique_keys.py)
-                serial, read_first = read_first, True
-            except pymysql.err.OperationalError as exc:
-                self.rollback(conn)
-                if exc.args[0] in load_data.DISABLED_ERRORS and self._load:
-                    self._load = False  # this server takes no LOAD DATA LOCAL: INSERTs from now on
-                    continue
-                if exc.args[0] not in (1205, 1213) or attempt == 6:
-                    raise
+                if isinstance(exc, pymysql.err.IntegrityError):
+                    # the new-rows INSERT met an existing key: read first; a read-first write met a
+                    # unique value twice: one event at a time, in source order (unique_keys.py)
+                    serial, read_first = read_first, True
             except BaseException:
                 self.rollback(conn)
                 raise
         raise ApplyError("unreachable")
+
+    def _retry_after(self, exc, attempt: int, serial: bool) -> bool:
+        """Whether a refused attempt is tried again: a duplicate key (escalating), a server
+        without LOAD DATA LOCAL (INSERTs from now on), a deadlock or lock-wait timeout."""
+        code = exc.args[0] if exc.args else None
+        if isinstance(exc, pymysql.err.IntegrityError):
+            return code == 1062 and not serial
+        if isinstance(exc, pymysql.err.OperationalError):
+            if code in load_data.DISABLED_ERRORS and self._load:
+                self._load = False  # this server takes no LOAD DATA LOCAL: INSERTs from now on
+                return True
+            return code in (1205, 1213) and attempt < 6
+        return False
+
+    def _mismatch(self, changes, exc):
+        """The target refused the batch for its tables' definitions: which, and how."""
+        mismatch = diagnose(self.connect(), self.zone or self.database, changes, str(exc.args[-1]))
+        for table in mismatch.tables:
+            self.forget(table)
+        return mismatch
 
     def _apply(self, conn, changes, positions, read_first: bool = False) -> BatchResult:
         """Steps 0-6 in two round trips for a round of one source and table: one

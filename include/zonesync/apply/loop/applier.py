@@ -61,6 +61,11 @@ Protocol:
 7. Resident tables (the newest rules' `resident: true`; apply/batch/resident.py): their
    rows are applied only for the entities admitted in this zone (a migration moving
    them here), by version alone as in copy mode; everything else of theirs is skipped.
+8. Held tables (apply/batch/table_holds.py, held_tables.py): a table whose definition
+   here disagrees with its events is held with an alert naming the difference and the
+   DDL behind it; its events are parked in the transactions that apply the rest, so
+   every other table goes on. Holds are read at each pass's start and once a second;
+   a resumed hold is drained in order, then dropped.
 
 Any error (zone down, broker gone) drops the consumer and the connections and
 starts again from step 1: what was committed is exactly what apply_state says.
@@ -78,10 +83,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from zonesync.apply.batch.resident import resident_tables
 from zonesync.apply.batch.writer import ZoneWriter
-from zonesync.apply.errors import PartitionsStopped, TableMissing
+from zonesync.apply.errors import PartitionsStopped, SchemaMismatch, TableMissing
 from zonesync.apply.loop.atomic_rounds import spans_workers, whole_transactions
 from zonesync.apply.loop.continuity import complete_prefix, filter_chain
 from zonesync.apply.loop.event_trust import EventTrust
+from zonesync.apply.loop.held_tables import HeldTables
 from zonesync.apply.loop.lag_report import LagReporter, message_time
 from zonesync.apply.loop.owner_history import OwnerHistory
 from zonesync.apply.loop.partition_faults import PartitionFaults
@@ -153,6 +159,7 @@ class Applier:
         self.faults = PartitionFaults(
             book, settings, zone, topic_of, meta, self.meta_outage, self._writer, self.alert, self._record
         )
+        self.held = HeldTables(zone, self._writer, meta, self.meta_outage, self.alert, self._record, self._hand_holds)
 
     # -- meta side -----------------------------------------------------------
     # Meta unreachable (seed S003-03): apply goes on. apply_state lives in the target zone,
@@ -202,9 +209,10 @@ class Applier:
             w.expired_waits = self.book.expired_waits
             w.table_weights = self.settings.table_weights  # tables in weight order inside a transaction
             w.idle_transaction_s = self.settings.idle_transaction_s
+            w.zone = self.zone
             self._local.writer = w
             with self._writers_lock:
-                w.copying, w.resident.tables = self.copying, self.resident
+                w.copying, w.resident.tables, w.holds.tables = self.copying, self.resident, self.held.tables
                 self._writers.append(w)
         return w
 
@@ -224,6 +232,14 @@ class Applier:
         log.info("applier %s: tables in copy mode: %s", self.zone, sorted(tables) or "none")
         self.copy_tables = tables
         self._hand_tables()
+
+    def _hand_holds(self, tables: frozenset[str], resumed: list[str]) -> None:
+        """Step 8: every writer's held tables replaced whole; resumed ones' definitions forgotten."""
+        with self._writers_lock:
+            for w in self._writers:
+                for table in resumed:
+                    w.forget(table)
+                w.holds.tables = tables
 
     def _read_resident(self) -> bool:
         """Step 7: the newest rules' resident tables, handed to every writer when they
@@ -276,6 +292,9 @@ class Applier:
                 self._pass(deadline)
             except topics.PartitionCountMismatch:
                 raise  # configuration: retrying cannot help
+            except SchemaMismatch as exc:  # definitions disagree: those tables are held, the rest go on
+                self._close_writers()
+                self.held.hold(exc)
             except TableMissing as exc:  # retrying cannot help either: those partitions halt
                 self._close_writers()
                 self.faults.halt_table_missing(exc)
@@ -336,6 +355,7 @@ class Applier:
     def _pass(self, deadline: float | None) -> None:
         self.book.reset()
         self._read_copy_tables()
+        self.held.read()
         self._read_rules()
         self._wait_for_resident()
         link = _Pass(self.bootstrap())
@@ -490,6 +510,9 @@ class Applier:
         self._read_copy_tables()
         self._read_rules()
         self._read_resident()
+        self.held.read()
+        if self.held.status:
+            self.held.drain()
         self.lag.report(link.consumer, pending)
         self._send_alerts()
         if now - self._last_gc >= 60:
