@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.background import wait_until
 from tests.support.replication import Cluster, reset_state
+from zonesync import cli
 from zonesync.apply.batch import table_holds
 from zonesync.schema import definitions
 
@@ -119,7 +120,7 @@ def _resume_and_drain(a, b, ids_after: range, column: str = "note") -> None:
         assert cur.fetchone()[0] == 0
 
 
-def test_a_column_renamed_at_the_source_holds_the_table_until_the_target_follows(pair, meta):
+def test_a_column_renamed_at_the_source_holds_the_table_until_the_target_follows(pair, meta, capsys):
     a, b, cluster = pair
     _write(a, range(1, 21))
     wait_until(lambda: len(_rows(b)) == 20, 30, "the first rows arrive")
@@ -132,10 +133,24 @@ def test_a_column_renamed_at_the_source_holds_the_table_until_the_target_follows
     assert f"zonesync schema resume --zone b --table {TABLE}" in detail
     assert [r[0] for r in _rows(b)] == list(range(1, 21)), "nothing of the renamed table applied"
     assert _holds(b)[TABLE][3] == 22, "the 20 inserts and 2 updates are parked"
+    # what an operator sees: the hold, the differing definitions, the DDL read
+    capsys.readouterr()
+    assert cli.main(["schema", "holds", "--zone", "b"]) == 0
+    assert f"zone b: {TABLE} held since" in capsys.readouterr().out
+    assert cli.main(["schema", "diff", "--zone", "a", "--zone", "b", "--table", TABLE]) == 1
+    out = capsys.readouterr().out
+    assert f"{TABLE}.memo: varchar(40) NULL DEFAULT NULL in a; absent in b" in out, out
+    assert cli.main(["schema", "log", "--table", TABLE]) == 0
+    assert "RENAME COLUMN note TO memo" in capsys.readouterr().out
+    # resumed before the cure: the drain meets the same difference and holds the table again
+    assert cli.main(["schema", "resume", "--zone", "b", "--table", TABLE]) == 0
+    wait_until(lambda: len(_alerts(meta, "table_held")) == 2, 30, "held again")
+    assert _holds(b)[TABLE][0] == table_holds.HELD and _holds(b)[TABLE][3] == 22, "nothing lost"
     # the cure: b follows; then the definitions agree and the hold drains
     _run(b, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo", logged=False)
     shapes = {"a": definitions.read(a, [TABLE]), "b": definitions.read(b, [TABLE])}
     assert "memo" in shapes["b"][TABLE].columns and definitions.diff(shapes) == []
+    assert cli.main(["schema", "diff", "--zone", "a", "--zone", "b", "--table", TABLE]) == 0
     _resume_and_drain(a, b, range(41, 46), column="memo")
     assert _rows(b, "id, memo, qty") == _rows(a, "id, memo, qty")
     assert [a["table"] for a in _alerts(meta, "table_resumed")] == [TABLE]
