@@ -57,7 +57,11 @@ if __name__ == "__main__":
         partitions=int(partitions),
         bootstrap=lambda: broker_mod.read_info(Path(broker_file))["bootstrap"],
         topic_of=lambda z: f"{prefix}.zonesync.{z}.changes",
-        settings=ApplierSettings(group=True, check_owners=os.environ["ZONESYNC_APPLY_CHECK_OWNERS"] == "1"),
+        settings=ApplierSettings(
+            group=True,
+            check_owners=os.environ["ZONESYNC_APPLY_CHECK_OWNERS"] == "1",
+            drain_batch=int(os.environ.get("ZONESYNC_TEST_DRAIN_BATCH", "2000")),
+        ),
     )
     signal.signal(signal.SIGTERM, lambda *_: applier.stop())
     applier.run()

@@ -215,3 +215,56 @@ def test_a_nullable_column_added_target_first_then_source_holds_nothing(pair, me
     assert n > 40
     wait_until(lambda: _rows(b, "id, note, qty, extra") == _rows(a, "id, note, qty, extra"), 30, "converged")
     assert _holds(b) == {} and _alerts(meta, "table_held") == []
+
+
+def _parked(b) -> int:
+    with b.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM zonesync.parked_events WHERE table_name = '{TABLE}'")
+        return cur.fetchone()[0]
+
+
+def test_an_applier_killed_mid_drain_finishes_it_after_restart(zones, meta, broker, test_cfg, tmp_path):
+    """kill -9 of b's applier (its own process) between drain steps: the restarted one
+    drains the rest; events applied but not yet deleted are applied again as no-ops, and b
+    ends with exactly a's rows (every update after its insert)."""
+    from tests.support.applier_process import spawn_worker
+
+    reset_state(zones, meta)
+    a, b = zones["a"].connect(), zones["b"].connect()
+    for conn in (a, b):
+        conn.autocommit(True)
+        _run(conn, f"DROP TABLE IF EXISTS zonesync_app.{TABLE}", CREATE, "USE zonesync_app", logged=False)
+    cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=4)
+    env = {"ZONESYNC_APPLY_CHECK_OWNERS": "0", "ZONESYNC_TEST_DRAIN_BATCH": "20"}
+    child = None
+    try:
+        cluster.start(zones=("a",), which=("replicator",))
+        cluster.wait_started()
+        child = spawn_worker("tests.support.applier_process", cluster, "b", tmp_path / "b1.log", **env)
+        _run(a, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo")
+        with a.cursor() as cur:
+            cur.executemany(f"INSERT INTO zonesync_app.{TABLE} (id, memo, qty, _zs_origin, _zs_version) "
+                            "VALUES (%s, 'v1', %s, 1, 1)", [(i, i) for i in range(1, 1201)])  # fmt: skip
+            for i in range(1, 301):
+                cur.execute(f"UPDATE zonesync_app.{TABLE} SET memo = 'v2', _zs_version = 2 WHERE id = %s", (i,))
+        wait_until(lambda: TABLE in _holds(b) and _parked(b) == 1500, 60, "b parks all 1500 events")
+        _run(b, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo", logged=False)
+        assert table_holds.resume(b, TABLE)
+        seen = wait_until(lambda: (n := _parked(b)) < 1500 and n, 30, "the drain under way", step=0.005)
+        child.kill()  # SIGKILL, mid-drain
+        child.wait(10)
+        assert 0 < seen < 1500 and _holds(b)[TABLE][0] == table_holds.DRAINING
+        child = spawn_worker("tests.support.applier_process", cluster, "b", tmp_path / "b2.log", **env)
+        wait_until(lambda: TABLE not in _holds(b), 60, "the restarted applier drained the rest")
+        assert _parked(b) == 0
+        assert _rows(b, "id, memo, qty, _zs_version") == _rows(a, "id, memo, qty, _zs_version")
+        assert len(_rows(b, "id")) == 1200 and {r[1] for r in _rows(b, "id, memo")[:300]} == {"v2"}
+    finally:
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait(10)
+        cluster.stop()
+        for conn in (a, b):
+            _run(conn, f"DROP TABLE IF EXISTS zonesync_app.{TABLE}", logged=False)
+            conn.close()
+        reset_state(zones, meta)

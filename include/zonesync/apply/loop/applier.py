@@ -159,7 +159,8 @@ class Applier:
         self.faults = PartitionFaults(
             book, settings, zone, topic_of, meta, self.meta_outage, self._writer, self.alert, self._record
         )
-        self.held = HeldTables(zone, self._writer, meta, self.meta_outage, self.alert, self._record, self._hand_holds)
+        self.held = HeldTables(zone, self._writer, meta, self.meta_outage, self.alert, self._record, self._hand_holds,
+                               settings.drain_batch)  # fmt: skip
 
     # -- meta side -----------------------------------------------------------
     # Meta unreachable (seed S003-03): apply goes on. apply_state lives in the target zone,

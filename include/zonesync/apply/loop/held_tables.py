@@ -24,12 +24,14 @@ DRAIN_BUDGET_S = 0.5  # drain time per tick: the rounds go on between
 
 class HeldTables:
     """Given the zone, the loop thread's writer (`writer()`), meta and its outage, the alert
-    function, what to do with a drained batch's result (`record`), and how to hand a new
-    set of held tables to every writer (`hand(tables)`, which also has them forget what
-    they knew of the tables' definitions)."""
+    function, what to do with a drained batch's result (`record`), how to hand a new set of
+    held tables to every writer (`hand(tables, resumed)`, which also has them forget what
+    they knew of the resumed tables' definitions), and the parked events per drain step."""
 
-    def __init__(self, zone: str, writer, meta: MetaConfig, meta_outage: MetaOutage, alert, record, hand):
+    def __init__(self, zone: str, writer, meta: MetaConfig, meta_outage: MetaOutage, alert, record, hand,
+                 batch: int = table_holds.DRAIN_BATCH):  # fmt: skip
         self.zone = zone
+        self.batch = batch
         self.writer = writer
         self.meta = meta
         self.meta_outage = meta_outage
@@ -88,7 +90,7 @@ class HeldTables:
     def _drain_some(self, table: str) -> str | None:
         """One batch of a table's parked events; the table's status after it."""
         writer = self.writer()
-        taken = table_holds.parked(writer.connect(), table)
+        taken = table_holds.parked(writer.connect(), table, self.batch)
         if taken is None:
             return None
         through = taken[-1][0] if taken else 0

@@ -48,6 +48,7 @@ class ApplierSettings:
     check_owners: bool = True
     lag_warning_s: float = 60.0  # a partition this far behind raises lag_warning (lag_report.py)
     atomic_transactions: bool = False  # a source transaction's rows become visible together (atomic_rounds.py)
+    drain_batch: int = 2000  # a held table's parked events applied per transaction, once resumed (held_tables.py)
 
     def __post_init__(self):
         object.__setattr__(self, "rounds_in_flight", max(1, self.rounds_in_flight))
