@@ -7,3 +7,6 @@ SET SESSION sql_log_bin = 0;
 -- The guard's delete leaves the applier's tombstone (the row's version + 1) and its
 -- update or delete of an absent row reads it: nothing else of the bookkeeping.
 GRANT SELECT, INSERT, UPDATE ON `zonesync`.`tombstones` TO 'zs_app'@'%';
+
+-- The schema_change DAG's resume: a held table's hold set draining (docs/schema-changes.md).
+GRANT SELECT, UPDATE ON `zonesync`.`table_holds` TO 'zs_schema'@'%';

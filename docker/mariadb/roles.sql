@@ -42,6 +42,17 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON `zonesync_app`.* TO 'zs_batch'@'%';
 GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP ON `zonesync`.* TO 'zs_batch'@'%';
 GRANT BINLOG MONITOR ON *.* TO 'zs_batch'@'%';
 
+-- Schema changes of the application's tables (the schema_change DAG, its Airflow
+-- connections zonesync_schema_<zone>): ALTER and INDEX on the application schema (SELECT:
+-- CREATE TABLE ... LIKE reads the definition), and an empty scratch copy of a table in the
+-- bookkeeping schema to learn a statement's result first (CREATE, ALTER, INDEX, DROP there).
+-- Resuming the tables the change held is a table grant (roles-zone.sql).
+CREATE USER IF NOT EXISTS 'zs_schema'@'%' ACCOUNT LOCK;
+GRANT SELECT, ALTER, INDEX ON `zonesync_app`.* TO 'zs_schema'@'%';
+GRANT SELECT, CREATE, ALTER, INDEX, DROP ON `zonesync`.* TO 'zs_schema'@'%';
+-- (and the binlog end of each zone already changed, which the next zone's appliers must reach first)
+GRANT BINLOG MONITOR ON *.* TO 'zs_schema'@'%';
+
 -- Every worker's and task's link to the meta store: rows of its schema, no DDL
 -- (its migrations run as zs_admin).
 CREATE USER IF NOT EXISTS 'zs_meta'@'%' ACCOUNT LOCK;

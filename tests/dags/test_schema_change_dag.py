@@ -120,6 +120,28 @@ def test_a_rename_begun_by_hand_is_rolled_through_and_the_holds_drain(mesh, zone
     assert recorded == {"a", "b", "c"}, "each zone's replicator read its rename"
 
 
+def test_a_rename_rolled_through_while_a_writes_loses_and_mismaps_nothing(mesh, zones, meta, dag):
+    """The DAG alone, a first: before b and c change, each has applied what a wrote up to
+    then (old-shape rows fit only until the rename); a's rows of the new shape wait in
+    their holds, which resume drains."""
+    a = mesh["a"]
+    stop, written = threading.Event(), []
+    writer = threading.Thread(target=_writer, args=(zones["a"], stop, written), daemon=True)
+    writer.start()
+    try:
+        wait_until(lambda: len(written) >= 20, 10, "a writes")
+        conf = {"sql": f"ALTER TABLE {TABLE} RENAME COLUMN note TO memo", "reason": "dag test", "zones": list(ZONES)}
+        run = dag.test(run_conf=conf)
+        assert run.state == "success", _states(run)
+        wait_until(lambda: len(written) >= 40, 10, "a writes on")
+    finally:
+        stop.set()
+        writer.join(10)
+    wait_until(lambda: not any(table_holds.holds(mesh[z]) for z in ZONES), 30, "no hold left")
+    wait_until(lambda: _rows(mesh["b"]) == _rows(a) == _rows(mesh["c"]), 30, "every zone has a's rows")
+    assert len(_rows(a)) == len(written)
+
+
 def test_a_statement_one_zone_refuses_stops_there_and_resumes_nothing(mesh, dag):
     _run(mesh["c"], f"INSERT INTO zonesync_app.{TABLE} (id, qty) VALUES (1, 7), (2, 7)", logged=False)
     run = dag.test(run_conf={"sql": f"CREATE UNIQUE INDEX uq_qty ON {TABLE} (qty)", "reason": "dag test",

@@ -12,7 +12,7 @@ from zonesync.meta.db import MetaConfig
 
 ROLES_SQL = Path(__file__).resolve().parents[2] / "docker" / "mariadb" / "roles.sql"
 ZONE_SQL = ROLES_SQL.with_name("roles-zone.sql")
-ROLES = ("zs_replicator", "zs_applier", "zs_app", "zs_batch", "zs_meta", "zs_admin")
+ROLES = ("zs_replicator", "zs_applier", "zs_app", "zs_batch", "zs_schema", "zs_meta", "zs_admin")
 
 
 def password(role: str) -> str:

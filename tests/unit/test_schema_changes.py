@@ -156,3 +156,19 @@ def test_definitions_differences_are_named_by_zone():
         "t unique keys: (memo) in a; none in b, c",
     ]
     assert diff({"a": {"t": base}, "b": {"t": base}}) == []
+
+
+def test_an_event_fits_a_held_table_by_its_columns_and_key():
+    from zonesync.apply.batch.table_holds import Shape
+
+    shape = Shape(frozenset({"id", "note", "qty", "_zs_origin"}), frozenset({"id"}), frozenset({"id"}))
+
+    class E:
+        def __init__(self, new=None, old=None, pk=None):
+            self.new, self.old, self.pk = new, old, pk or {"id": 1}
+
+    assert shape.fits(E(new={"id": 1, "note": "x"}))  # a column it has left out: defaulted
+    assert shape.fits(E(old={"id": 1, "note": "x", "qty": 2}))  # a delete's image
+    assert not shape.fits(E(new={"id": 1, "memo": "x"}))  # renamed at the source
+    assert not shape.fits(E(new={"note": "x"}, pk={"note": "x"}))  # a required column missing, another key
+    assert not shape.fits(E(new={"id": 1, "tenant": 2}, pk={"id": 1, "tenant": 2}))

@@ -55,9 +55,12 @@ class SchemaMismatch(ApplyError):
     """Tables whose definition in the target disagrees with their events (table_holds.py):
     `tables` maps each to what differs. Retrying cannot help: the tables are held."""
 
-    def __init__(self, tables: dict[str, str]):
+    def __init__(self, tables: dict[str, str], misfits: set[str] = frozenset()):
         super().__init__("; ".join(f"{t}: {why}" for t, why in sorted(tables.items())) or "definitions disagree")
         self.tables = dict(tables)
+        # tables whose events' columns or key tell which fit (only those that do not are
+        # parked); the others' every event is parked (a value that did not fit)
+        self.misfits = set(misfits) & set(tables)
 
 
 class Stop(NamedTuple):

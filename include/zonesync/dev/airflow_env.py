@@ -114,6 +114,8 @@ def connections(cfg: EnvConfig) -> dict[str, dict]:
             "schema": "zonesync_app",
             "extra": {"zone_id": zone.id, "zone_name": zone.name},
         }
+        # the schema_change DAG's DDL (zs_schema in a deployment: docker/mariadb/roles.sql)
+        conns[f"zonesync_schema_{zone.name}"] = {**conns[f"zonesync_zone_{zone.name}"]}
     return conns
 
 

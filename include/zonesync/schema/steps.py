@@ -10,7 +10,8 @@ caused drained (docs/schema-changes.md).
   (zonesync.ddl_scratch_*), in the first zone where it runs (a zone already changed by an
   earlier, failed run refuses it). Nothing of the application is touched.
 - apply(zone): idempotent. A zone whose table already has that definition is skipped;
-  otherwise the statement runs there (logged: the zone's replicator records it, and the
+  otherwise, once the zone's appliers have applied what the zones already changed wrote
+  up to now, the statement runs there (logged: the zone's replicator records it, and the
   zone's own replicas follow), and the table must then have that definition.
 - verify: every zone's table has it.
 - resume: every hold of the table (apply/batch/table_holds.py: the zones whose appliers met
@@ -31,6 +32,8 @@ from dataclasses import dataclass, replace
 import pymysql
 
 from zonesync.apply.batch import table_holds
+from zonesync.apply.tools.progress import wait_applied
+from zonesync.capture.binlog import binlog_end
 from zonesync.capture.ddl import retarget, table_changed
 from zonesync.meta.store import MetaStore
 from zonesync.schema import definitions
@@ -41,6 +44,7 @@ _ALLOWED_HEAD = re.compile(
 SCRATCH_PREFIX = "ddl_scratch_"
 # lock wait timeout, deadlock, lost or refused connections: the task's retry may pass
 TRANSIENT = frozenset({1205, 1213, 2003, 2006, 2013})
+APPLIED_WAIT_S = 120.0  # a zone's appliers catch up with the zones already changed within this
 
 
 class SchemaChangeRefused(ValueError):
@@ -103,7 +107,8 @@ def wanted_definition(ctx: SchemaChangeContext, zone: str, table: str) -> defini
     conn = ctx.zone_conn(zone)
     try:
         with conn.cursor() as cur:
-            cur.execute("SET SESSION sql_log_bin = 0")  # nothing of this reaches a replicator
+            # (logged: the replicators read only the application schema; a zone's own
+            # replicas create and drop it too)
             cur.execute(f"CREATE TABLE zonesync.`{scratch}` LIKE `{ctx.app_schema}`.`{table}`")
             try:
                 cur.execute(retarget(ctx.request.statement.strip().rstrip(";"), f"zonesync.`{scratch}`"))
@@ -165,10 +170,16 @@ def preflight(ctx: SchemaChangeContext, lag_of: Callable[[tuple[str, ...]], floa
 
 
 def apply(ctx: SchemaChangeContext, zone: str, table: str, wanted_json: dict) -> str:
-    """'already' or 'applied'; SchemaChangeRefused if the zone's table ends another shape."""
+    """'already' or 'applied'; SchemaChangeRefused if the zone's table ends another shape.
+
+    Before the statement runs here, this zone's appliers must have applied everything the
+    zones already changed wrote up to now (their DDL included): their rows of the old
+    shape fit this table only until it changes. (Their rows of the new shape are parked
+    here meanwhile, held: table_holds.py.)"""
     wanted = definitions.from_json(wanted_json)
     if _definition(ctx, zone, table) == wanted:
         return "already"
+    _wait_for_changed_zones(ctx, zone, table, wanted)
     conn = ctx.zone_conn(zone)
     try:
         with conn.cursor() as cur:
@@ -186,6 +197,30 @@ def apply(ctx: SchemaChangeContext, zone: str, table: str, wanted_json: dict) ->
         raise SchemaChangeRefused(f"apply: zone {zone}: the statement ran, but {table} is not as expected: "
                                   f"{'; '.join(lines)}")  # fmt: skip
     return "applied"
+
+
+def _wait_for_changed_zones(ctx: SchemaChangeContext, zone: str, table: str, wanted) -> None:
+    for other in ctx.request.zones:
+        if other == zone or _definition(ctx, other, table) != wanted:
+            continue
+        source = ctx.zone_conn(other)
+        try:
+            position = binlog_end(source)
+        finally:
+            source.close()
+        if position is None:
+            continue  # no binary log there: nothing of it is replicated
+        target = ctx.zone_conn(zone)
+        try:
+            done = wait_applied(ctx.meta, target, other, position, APPLIED_WAIT_S)
+        finally:
+            target.close()
+        if not done:
+            raise SchemaChangeRefused(
+                f"apply: zone {zone}'s appliers have not applied zone {other}'s changes up to {position[0]}:"
+                f"{position[1]} (its {table} changed) within {APPLIED_WAIT_S:.0f} s: is replication running? "
+                "(zonesync lag); nothing was changed in zone " + zone
+            )
 
 
 def changed_zones(ctx: SchemaChangeContext, table: str, wanted_json: dict) -> dict[str, bool]:

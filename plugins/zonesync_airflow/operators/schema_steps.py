@@ -1,5 +1,9 @@
 """Operators of the schema_change DAG: one per step (zonesync.schema.steps).
 
+They reach the zones through the Airflow connections `zonesync_schema_<zone>`: in a
+deployment the zs_schema account, the only one with DDL rights on the application schema
+(docker/mariadb/roles.sql); the other DAGs' `zonesync_zone_<zone>` (zs_batch) have none.
+
 Each builds the step's context from the run's params (and, after preflight, the table,
 zones and wanted definition preflight returned). A refusal a retry cannot change
 (SchemaChangeRefused) fails the task at once; anything else is retried (every step is
@@ -22,7 +26,7 @@ from zonesync_airflow.operators.switch import ZoneConnections
 STEPS = ("preflight", "apply", "verify", "resume", "report")
 
 
-def schema_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_zone_") -> steps.SchemaChangeContext:
+def schema_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_schema_") -> steps.SchemaChangeContext:
     params = context["params"]
     return steps.SchemaChangeContext(
         meta=ZonesyncMetaHook(meta_conn_id).meta_config(),

@@ -99,6 +99,10 @@ REFUSED = [
     ("zs_applier", "b", "SHOW BINLOG EVENTS"),
     ("zs_applier", "b", "SET SESSION sql_log_bin = 0"),  # nothing it writes leaves the binlog
     ("zs_batch", "b", "CREATE TABLE zonesync_app.extra (id INT PRIMARY KEY)"),
+    ("zs_batch", "b", "ALTER TABLE zonesync_app.tenants ADD COLUMN extra INT"),  # DDL is zs_schema's
+    ("zs_schema", "b", "INSERT INTO zonesync_app.tenants (tenant_id, name) VALUES (9, 'x')"),  # no rows
+    ("zs_schema", "b", "DROP TABLE zonesync_app.tenants"),
+    ("zs_schema", "b", "UPDATE zonesync.apply_state SET applied_lsn = 0"),
     ("zs_meta", "meta", "CREATE TABLE zonesync_meta.extra (id INT PRIMARY KEY)"),
     ("zs_meta", "a", "SELECT * FROM zonesync_app.tenants"),  # meta's account sees no zone's rows
     ("zs_admin", "a", "SELECT * FROM zonesync_app.tenants"),  # migrations touch zonesync's schemas only
@@ -114,3 +118,56 @@ def test_an_account_is_refused_what_its_role_never_needs(role_accounts, zones, r
         assert refused.value.args[0] in (1044, 1142, 1227), refused.value  # access denied, in its forms
     finally:
         conn.close()
+
+
+def test_a_schema_change_runs_as_zs_schema(role_accounts, zones, meta):
+    """The schema_change DAG's steps under zs_schema: the scratch copy in the bookkeeping
+    schema, the ALTER, the binlog end, and the resume of a hold, with nothing more."""
+    from zonesync.apply.batch import table_holds
+    from zonesync.capture.binlog import binlog_end
+    from zonesync.schema import steps
+
+    for z in ("a", "b"):
+        conn = zones[z].connect()
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("DROP TABLE IF EXISTS zonesync_app.probe")
+            cur.execute("CREATE TABLE zonesync_app.probe (id INT PRIMARY KEY, v INT)")
+            if z == "b":
+                cur.execute("DELETE FROM zonesync.table_holds")
+        conn.close()
+    b = zones["b"].connect()
+    table_holds.hold(b, "probe", "held for the test")
+
+    def as_schema(zone):
+        conn = roles.connect(zones[zone], "zs_schema", "zonesync_app")
+        conn.autocommit(False)
+        return conn
+
+    # (one zone: the wait for the others' changes needs replication running, which this test has not;
+    # the binlog end it reads is asked below)
+    ctx = steps.SchemaChangeContext(
+        meta, "role-test", steps.SchemaChangeRequest("ALTER TABLE probe ADD COLUMN w INT NULL", ("b",), "r"),
+        as_schema,
+    )  # fmt: skip
+    try:
+        plan = steps.preflight(ctx, lambda zones: 0.0)
+        assert "w" in plan["wanted"]["columns"]
+        assert steps.apply(ctx, "b", "probe", plan["wanted"]) == "applied"
+        steps.verify(ctx, "probe", plan["wanted"])
+        conn = as_schema("a")
+        assert binlog_end(conn) is not None
+        conn.close()
+        assert steps.resume(ctx, "probe") == ["b"]
+        assert table_holds.holds(b)["probe"][0] == table_holds.DRAINING
+    finally:
+        with b.cursor() as cur:
+            cur.execute("DELETE FROM zonesync.table_holds")
+        b.commit()
+        b.close()
+        for z in ("a", "b"):
+            conn = zones[z].connect()
+            with conn.cursor() as cur:
+                cur.execute("SET SESSION sql_log_bin = 0")
+                cur.execute("DROP TABLE IF EXISTS zonesync_app.probe")
+            conn.close()

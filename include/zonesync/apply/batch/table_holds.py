@@ -15,10 +15,15 @@ The protocol (zone tables: include/sql/zone/0007_table_holds.sql):
    records a hold per table (status `held`, the difference and the newest DDL on it in
    the detail), alerts `table_held`, and restarts its pass from apply_state.
 2. Park. In every transaction that carries events of a table the applier knows held,
-   the gate (TableHolds.kept) reads the holds with a shared lock and moves those events
-   into zonesync.parked_events, in the same transaction that moves their partitions on:
-   every other table's events are applied as before. Atomicity of a source transaction
-   that spans a held table is given up for the held table's rows (they follow later).
+   the gate (TableHolds.kept) reads the holds with a shared lock and moves events into
+   zonesync.parked_events, in the same transaction that moves their partitions on. A
+   hold found by the columns or the key (`misfits`) parks the events that do not fit
+   the table here, and from the first of them every later event of that table in that
+   partition (so a key's events stay in order); the events that still fit (the other
+   shape's, from partitions not parking yet) are applied. A hold found by a value
+   (`all`) parks every event of the table. Every other table's events are applied as
+   before. Atomicity of a source transaction that spans a held table is given up for
+   the held table's parked rows (they follow later).
 3. Cure. An operator makes the definitions agree (the schema_change DAG, or by hand) and
    resumes the table (`zonesync schema resume`): status `draining`.
 4. Drain. The applier, once a second, applies the parked events oldest first (by id: a
@@ -38,13 +43,16 @@ The protocol (zone tables: include/sql/zone/0007_table_holds.sql):
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import pymysql
 
 from zonesync.apply.errors import SchemaMismatch
 from zonesync.events import ChangeEvent
+from zonesync.runtime.endpoints import primary_key
 
 HELD, DRAINING = "held", "draining"
+MISFITS, ALL = "misfits", "all"  # what a hold parks (table_holds.park)
 NO_SUCH_TABLE = 1146
 DRAIN_BATCH = 2000  # parked events applied per transaction
 
@@ -57,17 +65,36 @@ DEFINITION_ERRORS = frozenset({1054, 1364, 1048, 1366, 1264, 1265, 1292, 1406})
 _COLUMN_IN_MESSAGE = re.compile(r"(?:column|field)\s+((?:[`'][^`']+[`']\.?)+)", re.IGNORECASE)
 
 
+class Shape(NamedTuple):
+    """What an event must match to fit a table here: its columns, those a row must give, the key."""
+
+    columns: frozenset[str]
+    required: frozenset[str]
+    key: frozenset[str]
+
+    def fits(self, e: ChangeEvent) -> bool:
+        image = e.new if e.new is not None else e.old
+        names = image.keys() if image is not None else self.columns
+        return names <= self.columns and self.required <= names and e.pk.keys() == self.key
+
+
 class TableHolds:
     """A writer's gate: the tables it knows held (the applier's, replaced whole once a
     second), and the parking of their events."""
 
     def __init__(self):
         self.tables: frozenset[str] = frozenset()
+        self._shapes: dict[str, Shape] = {}  # held tables' definitions here, read once (forget)
+
+    def forget(self, table: str) -> None:
+        self._shapes.pop(table, None)
 
     def kept(self, conn, changes: list[tuple[str, list[ChangeEvent]]]) -> tuple[list, int]:
-        """(the changes without the held tables' events, how many were parked). Run in
-        the transaction that applies the rest: the holds are read under a shared lock,
-        so a drain that drops a hold waits for this transaction (see above)."""
+        """(the changes without the events parked, how many were parked). Run in the
+        transaction that applies the rest: the holds are read under a shared lock, so a
+        drain that drops a hold waits for this transaction (see above). A hold parking
+        misfits parks an event that does not fit the table here, and every later event of
+        its partition (a key's events stay in order); the rest is applied."""
         tables = self.tables
         if not tables:
             return changes, 0
@@ -76,19 +103,50 @@ class TableHolds:
             return changes, 0
         marks = ", ".join(["%s"] * len(present))
         with conn.cursor() as cur:
-            cur.execute(f"SELECT table_name FROM zonesync.table_holds WHERE table_name IN ({marks}) LOCK IN SHARE MODE",
-                        sorted(present))  # fmt: skip
-            held = {row[0] for row in cur.fetchall()}
+            cur.execute(f"SELECT table_name, park FROM zonesync.table_holds WHERE table_name IN ({marks}) "
+                        "LOCK IN SHARE MODE", sorted(present))  # fmt: skip
+            held = dict(cur.fetchall())
             if not held:
                 return changes, 0
-            parked = [(e.table, s, e.partition, e.lsn, e.to_json()) for s, events in changes for e in events
-                      if e.table in held]  # fmt: skip
-            cur.executemany(
-                "INSERT INTO zonesync.parked_events (table_name, source_zone, partition_no, lsn, event) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                parked,
-            )
-        return [(s, [e for e in events if e.table not in held]) for s, events in changes], len(parked)
+            picky = sorted(t for t, park in held.items() if park == MISFITS)
+            parking: set[tuple[str, str, int]] = set()
+            if picky:
+                cur.execute(
+                    "SELECT DISTINCT table_name, source_zone, partition_no FROM zonesync.parked_events "
+                    f"WHERE table_name IN ({', '.join(['%s'] * len(picky))})",
+                    picky,
+                )
+                parking = {(t, s, int(p)) for t, s, p in cur.fetchall()}
+            shapes = self._shapes_of(conn, picky)
+            parked, kept = [], []
+            for source, events in changes:
+                mine = []
+                for e in events:
+                    park = held.get(e.table)
+                    where = (e.table, source, e.partition)
+                    if park is None or (park == MISFITS and where not in parking and shapes[e.table].fits(e)):
+                        mine.append(e)
+                        continue
+                    parking.add(where)
+                    parked.append((e.table, source, e.partition, e.lsn, e.to_json()))
+                kept.append((source, mine))
+            if parked:
+                cur.executemany(
+                    "INSERT INTO zonesync.parked_events (table_name, source_zone, partition_no, lsn, event) "
+                    "VALUES (%s, %s, %s, %s, %s)",
+                    parked,
+                )
+        return kept, len(parked)
+
+    def _shapes_of(self, conn, tables: list[str]) -> dict[str, Shape]:
+        missing = [t for t in tables if t not in self._shapes]
+        if missing:
+            columns = target_columns(conn, missing)
+            for table in missing:
+                have = columns.get(table, {})
+                required = frozenset(c for c, req in have.items() if req and not c.startswith("_zs_"))
+                self._shapes[table] = Shape(frozenset(have), required, frozenset(primary_key(conn, table)))
+        return {t: self._shapes[t] for t in tables}
 
 
 def parked(conn, table: str, limit: int = DRAIN_BATCH) -> list[tuple[int, str, ChangeEvent]] | None:
@@ -143,14 +201,15 @@ def settle(conn, table: str, through: int) -> bool:
     return gone
 
 
-def hold(conn, table: str, detail: str) -> None:
+def hold(conn, table: str, detail: str, park: str = ALL) -> None:
     """Step 1: the table held (again: a draining hold goes back to held, its parked events
-    kept), with why."""
+    kept), with why and what it parks (MISFITS or ALL)."""
     with conn.cursor() as cur:
         cur.execute(
-            "INSERT INTO zonesync.table_holds (table_name, status, detail) VALUES (%s, %s, %s) "
-            "ON DUPLICATE KEY UPDATE status = VALUES(status), detail = VALUES(detail), resumed_at = NULL",
-            (table, HELD, detail[:2000]),
+            "INSERT INTO zonesync.table_holds (table_name, status, detail, park) VALUES (%s, %s, %s, %s) "
+            "ON DUPLICATE KEY UPDATE status = VALUES(status), detail = VALUES(detail), park = VALUES(park), "
+            "resumed_at = NULL",
+            (table, HELD, detail[:2000], park),
         )
     conn.commit()
 
@@ -238,6 +297,7 @@ def diagnose(conn, zone: str, changes, message: str) -> SchemaMismatch:
                          "lack (dropped or renamed at the source, or added here without a default)")  # fmt: skip
         if parts:
             found[table] = "; ".join(parts)
+    misfits = set(found)
     if not found:
         named = _COLUMN_IN_MESSAGE.search(message)
         column = re.findall(r"[`']([^`']+)[`']", named.group(1))[-1] if named else None
@@ -247,7 +307,7 @@ def diagnose(conn, zone: str, changes, message: str) -> SchemaMismatch:
                                 f"{table} in zone {zone} (its type differs?): {message}")  # fmt: skip
     if not found:
         found = {table: f"zone {zone} refused its events: {message}" for table in carried if table in here}
-    return SchemaMismatch(found)
+    return SchemaMismatch(found, misfits)
 
 
 def key_mismatch(table: str, zone: str, event_key: list[str], target_key: list[str]) -> SchemaMismatch:
@@ -255,5 +315,6 @@ def key_mismatch(table: str, zone: str, event_key: list[str], target_key: list[s
         {
             table: f"events for {table} are keyed by ({', '.join(event_key)}) but its primary key in zone {zone} is "
             f"({', '.join(target_key)}): the key was changed on one side"
-        }  # fmt: skip
+        },
+        {table},
     )

@@ -158,6 +158,7 @@ class ZoneWriter:
         self._pks.pop(table, None)
         self._other_unique.pop(table, None)
         self._marked.discard(table)
+        self.holds.forget(table)
 
     def primary_key(self, table: str) -> list[str]:
         if table not in self._pks:

@@ -58,7 +58,8 @@ class HeldTables:
                 f"(`zonesync schema diff`, the schema_change DAG), then `zonesync schema resume --zone {self.zone} "
                 f"--table {table}`"
             )
-            table_holds.hold(conn, table, detail)
+            park = table_holds.MISFITS if table in exc.misfits else table_holds.ALL
+            table_holds.hold(conn, table, detail, park)
             log.error("applier %s: table %s held: %s", self.zone, table, detail)
             self.alert("table_held", {"table": table, "detail": detail})
         self.read()
