@@ -10,12 +10,12 @@ and nothing is resumed. Bad input is refused before anything changes.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
 from tests.support.background import wait_until
+from tests.support.drift import TABLE, drop_tables, fresh_tables, run_sql, writing
 from tests.support.replication import Cluster, reset_state
 from zonesync.apply.batch import table_holds
 from zonesync.meta import schema_changes
@@ -24,11 +24,6 @@ from zonesync.schema import definitions
 pytestmark = [pytest.mark.dags, pytest.mark.integration, pytest.mark.slow]
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "schema_change.py"
-TABLE = "drift"
-CREATE = (
-    f"CREATE TABLE zonesync_app.{TABLE} (id BIGINT NOT NULL PRIMARY KEY, note VARCHAR(40) NULL, "
-    "qty INT NOT NULL DEFAULT 0, _zs_origin SMALLINT NOT NULL DEFAULT 0, _zs_version BIGINT NOT NULL DEFAULT 0)"
-)
 ZONES = ("a", "b", "c")
 
 
@@ -37,14 +32,6 @@ def dag():
     from airflow.dag_processing.dagbag import DagBag
 
     return DagBag(dag_folder=str(DAG_FILE)).dags["schema_change"]
-
-
-def _run(conn, *statements, logged=True):
-    with conn.cursor() as cur:
-        cur.execute(f"SET SESSION sql_log_bin = {int(logged)}")
-        for sql in statements:
-            cur.execute(sql)
-        cur.execute("SET SESSION sql_log_bin = 1")
 
 
 def _rows(conn):
@@ -58,9 +45,7 @@ def mesh(airflow_db, zones, meta, broker, test_cfg):
     """The table in every zone, the same; replicators and appliers of a, b and c."""
     reset_state(zones, meta)
     conns = {z: zones[z].connect() for z in ZONES}
-    for conn in conns.values():
-        conn.autocommit(True)
-        _run(conn, f"DROP TABLE IF EXISTS zonesync_app.{TABLE}", CREATE, "USE zonesync_app", logged=False)
+    fresh_tables(conns.values())
     cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=4)
     cluster.start()
     cluster.wait_started()
@@ -68,9 +53,7 @@ def mesh(airflow_db, zones, meta, broker, test_cfg):
         yield conns
     finally:
         cluster.stop()
-        for conn in conns.values():
-            _run(conn, f"DROP TABLE IF EXISTS zonesync_app.{TABLE}", logged=False)
-            conn.close()
+        drop_tables(conns.values())
         reset_state(zones, meta)
 
 
@@ -78,40 +61,15 @@ def _states(run) -> dict[str, str]:
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
-def _writer(zone, stop: threading.Event, written: list[int]) -> None:
-    """Zone a's rows, one after another, on a connection of its own, naming neither the
-    renamed column nor its new name (their row images carry it all the same)."""
-    a = zone.connect()
-    a.autocommit(True)
-    n = 0
-    try:
-        while not stop.is_set():
-            n += 1
-            with a.cursor() as cur:
-                cur.execute(f"INSERT INTO zonesync_app.{TABLE} (id, qty, _zs_origin, _zs_version) "
-                            "VALUES (%s, %s, 1, 1)", (n, n))  # fmt: skip
-            written.append(n)
-            stop.wait(0.01)
-    finally:
-        a.close()
-
-
 def test_a_rename_begun_by_hand_is_rolled_through_and_the_holds_drain(mesh, zones, meta, dag):
     a = mesh["a"]
-    stop, written = threading.Event(), []
-    writer = threading.Thread(target=_writer, args=(zones["a"], stop, written), daemon=True)
-    writer.start()
-    try:
-        wait_until(lambda: len(written) >= 20, 10, "a writes")
-        _run(a, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo")
+    with writing(zones["a"]) as written:
+        run_sql(a, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo")
         wait_until(lambda: all(TABLE in table_holds.holds(mesh[z]) for z in ("b", "c")), 30, "b and c hold it")
         run = dag.test(run_conf={"sql": f"ALTER TABLE {TABLE} RENAME COLUMN note TO memo", "reason": "dag test"})
         states = _states(run)
         assert run.state == "success", states  # (apply skipped a: the rename would fail there)
         wait_until(lambda: not any(table_holds.holds(mesh[z]) for z in ZONES), 30, "the holds drained")
-    finally:
-        stop.set()
-        writer.join(10)
     wait_until(lambda: _rows(mesh["b"]) == _rows(a) == _rows(mesh["c"]), 30, "every zone has a's rows")
     assert len(_rows(a)) == len(written)
     shapes = {z: definitions.read(mesh[z], [TABLE]) for z in ZONES}
@@ -125,25 +83,18 @@ def test_a_rename_rolled_through_while_a_writes_loses_and_mismaps_nothing(mesh, 
     then (old-shape rows fit only until the rename); a's rows of the new shape wait in
     their holds, which resume drains."""
     a = mesh["a"]
-    stop, written = threading.Event(), []
-    writer = threading.Thread(target=_writer, args=(zones["a"], stop, written), daemon=True)
-    writer.start()
-    try:
-        wait_until(lambda: len(written) >= 20, 10, "a writes")
+    with writing(zones["a"]) as written:
         conf = {"sql": f"ALTER TABLE {TABLE} RENAME COLUMN note TO memo", "reason": "dag test", "zones": list(ZONES)}
         run = dag.test(run_conf=conf)
         assert run.state == "success", _states(run)
         wait_until(lambda: len(written) >= 40, 10, "a writes on")
-    finally:
-        stop.set()
-        writer.join(10)
     wait_until(lambda: not any(table_holds.holds(mesh[z]) for z in ZONES), 30, "no hold left")
     wait_until(lambda: _rows(mesh["b"]) == _rows(a) == _rows(mesh["c"]), 30, "every zone has a's rows")
     assert len(_rows(a)) == len(written)
 
 
 def test_a_statement_one_zone_refuses_stops_there_and_resumes_nothing(mesh, dag):
-    _run(mesh["c"], f"INSERT INTO zonesync_app.{TABLE} (id, qty) VALUES (1, 7), (2, 7)", logged=False)
+    run_sql(mesh["c"], f"INSERT INTO zonesync_app.{TABLE} (id, qty) VALUES (1, 7), (2, 7)", logged=False)
     run = dag.test(run_conf={"sql": f"CREATE UNIQUE INDEX uq_qty ON {TABLE} (qty)", "reason": "dag test",
                              "zones": ["a", "b", "c"]})  # fmt: skip
     states = _states(run)

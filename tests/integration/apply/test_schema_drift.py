@@ -13,27 +13,13 @@ import time
 import pytest
 
 from tests.support.background import wait_until
+from tests.support.drift import TABLE, drop_tables, fresh_tables, run_sql
 from tests.support.replication import Cluster, reset_state
 from zonesync import cli
 from zonesync.apply.batch import table_holds
 from zonesync.schema import definitions
 
 pytestmark = pytest.mark.integration
-
-TABLE = "drift"
-CREATE = (
-    f"CREATE TABLE zonesync_app.{TABLE} (id BIGINT NOT NULL PRIMARY KEY, tenant INT NOT NULL DEFAULT 0, "
-    "note VARCHAR(40) NULL, qty INT NOT NULL DEFAULT 0, "
-    "_zs_origin SMALLINT NOT NULL DEFAULT 0, _zs_version BIGINT NOT NULL DEFAULT 0)"
-)
-
-
-def _run(conn, *statements, logged=True):
-    with conn.cursor() as cur:
-        cur.execute(f"SET SESSION sql_log_bin = {int(logged)}")
-        for sql in statements:
-            cur.execute(sql)
-        cur.execute("SET SESSION sql_log_bin = 1")
 
 
 def _rows(conn, columns="id, note, qty"):
@@ -67,9 +53,7 @@ def pair(zones, meta, broker, test_cfg):
     """Zone a's replicator and zone b's applier; the table in both zones, the same."""
     reset_state(zones, meta)
     a, b = zones["a"].connect(), zones["b"].connect()
-    for conn in (a, b):
-        conn.autocommit(True)
-        _run(conn, f"DROP TABLE IF EXISTS zonesync_app.{TABLE}", CREATE, "USE zonesync_app", logged=False)
+    fresh_tables((a, b))
     cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=4)
     cluster.start(zones=("a",), which=("replicator",))
     cluster.start(zones=("b",), which=("applier",))
@@ -78,9 +62,7 @@ def pair(zones, meta, broker, test_cfg):
         yield a, b, cluster
     finally:
         cluster.stop()
-        for conn in (a, b):
-            _run(conn, f"DROP TABLE IF EXISTS zonesync_app.{TABLE}", logged=False)
-            conn.close()
+        drop_tables((a, b))
         reset_state(zones, meta)
 
 
@@ -124,7 +106,7 @@ def test_a_column_renamed_at_the_source_holds_the_table_until_the_target_follows
     a, b, cluster = pair
     _write(a, range(1, 21))
     wait_until(lambda: len(_rows(b)) == 20, 30, "the first rows arrive")
-    _run(a, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo")
+    run_sql(a, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo")
     _write(a, range(21, 41), column="memo")
     _write(a, [1, 2], column="memo", version=2)  # updates of rows b has: parked, in order
     detail = _held(b, meta, cluster, tenants=40)
@@ -147,7 +129,7 @@ def test_a_column_renamed_at_the_source_holds_the_table_until_the_target_follows
     wait_until(lambda: len(_alerts(meta, "table_held")) == 2, 30, "held again")
     assert _holds(b)[TABLE][0] == table_holds.HELD and _holds(b)[TABLE][3] == 22, "nothing lost"
     # the cure: b follows; then the definitions agree and the hold drains
-    _run(b, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo", logged=False)
+    run_sql(b, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo", logged=False)
     shapes = {"a": definitions.read(a, [TABLE]), "b": definitions.read(b, [TABLE])}
     assert "memo" in shapes["b"][TABLE].columns and definitions.diff(shapes) == []
     assert cli.main(["schema", "diff", "--zone", "a", "--zone", "b", "--table", TABLE]) == 0
@@ -160,27 +142,27 @@ def test_a_changed_primary_key_holds_the_table_and_names_both_keys(pair, meta):
     a, b, cluster = pair
     _write(a, range(1, 6))
     wait_until(lambda: len(_rows(b)) == 5, 30, "the first rows arrive")
-    _run(a, f"ALTER TABLE zonesync_app.{TABLE} DROP PRIMARY KEY, ADD PRIMARY KEY (id, tenant)")
+    run_sql(a, f"ALTER TABLE zonesync_app.{TABLE} DROP PRIMARY KEY, ADD PRIMARY KEY (id, tenant)")
     _write(a, range(6, 16))
     detail = _held(b, meta, cluster, tenants=15)
     assert "keyed by (id, tenant) but its primary key in zone b is (id)" in detail, detail
     assert "DROP PRIMARY KEY, ADD PRIMARY KEY (id, tenant)" in detail
-    _run(b, f"ALTER TABLE zonesync_app.{TABLE} DROP PRIMARY KEY, ADD PRIMARY KEY (id, tenant)", logged=False)
+    run_sql(b, f"ALTER TABLE zonesync_app.{TABLE} DROP PRIMARY KEY, ADD PRIMARY KEY (id, tenant)", logged=False)
     _resume_and_drain(a, b, range(16, 20))
     assert _rows(b) == _rows(a)
 
 
 def test_a_column_dropped_at_the_source_that_the_target_requires_holds_the_table(pair, meta):
     a, b, cluster = pair
-    _run(b, f"ALTER TABLE zonesync_app.{TABLE} MODIFY qty INT NOT NULL", logged=False)  # no default in b
+    run_sql(b, f"ALTER TABLE zonesync_app.{TABLE} MODIFY qty INT NOT NULL", logged=False)  # no default in b
     _write(a, range(1, 4))
     wait_until(lambda: len(_rows(b)) == 3, 30, "the first rows arrive")
-    _run(a, f"ALTER TABLE zonesync_app.{TABLE} DROP COLUMN qty")
+    run_sql(a, f"ALTER TABLE zonesync_app.{TABLE} DROP COLUMN qty")
     with a.cursor() as cur:
         cur.execute(f"INSERT INTO zonesync_app.{TABLE} (id, note, _zs_origin, _zs_version) VALUES (9, 'x', 1, 1)")
     detail = _held(b, meta, cluster, tenants=3)
     assert "requires column(s) qty that zone a's events lack" in detail, detail
-    _run(b, f"ALTER TABLE zonesync_app.{TABLE} DROP COLUMN qty", logged=False)
+    run_sql(b, f"ALTER TABLE zonesync_app.{TABLE} DROP COLUMN qty", logged=False)
     table_holds.resume(b, TABLE)
     wait_until(lambda: TABLE not in _holds(b), 30, "the hold drained")
     assert _rows(b, "id, note") == _rows(a, "id, note")
@@ -188,12 +170,12 @@ def test_a_column_dropped_at_the_source_that_the_target_requires_holds_the_table
 
 def test_a_column_retyped_in_the_target_so_values_no_longer_fit_holds_the_table(pair, meta):
     a, b, cluster = pair
-    _run(b, f"ALTER TABLE zonesync_app.{TABLE} MODIFY note VARCHAR(2)", logged=False)
+    run_sql(b, f"ALTER TABLE zonesync_app.{TABLE} MODIFY note VARCHAR(2)", logged=False)
     _write(a, range(101, 104))  # notes of 4 characters: too long for b now
     detail = _held(b, meta, cluster, tenants=3)
     assert "column note" in detail and "does not fit drift in zone b" in detail, detail
     assert _rows(b) == (), "no value cut to fit"
-    _run(b, f"ALTER TABLE zonesync_app.{TABLE} MODIFY note VARCHAR(40)", logged=False)
+    run_sql(b, f"ALTER TABLE zonesync_app.{TABLE} MODIFY note VARCHAR(40)", logged=False)
     _resume_and_drain(a, b, range(104, 106))
     assert _rows(b) == _rows(a)
 
@@ -202,12 +184,12 @@ def test_a_nullable_column_added_target_first_then_source_holds_nothing(pair, me
     a, b, cluster = pair
     stop = time.monotonic() + 4
     n = 0
-    _run(b, f"ALTER TABLE zonesync_app.{TABLE} ADD COLUMN extra VARCHAR(10) NULL", logged=False)
+    run_sql(b, f"ALTER TABLE zonesync_app.{TABLE} ADD COLUMN extra VARCHAR(10) NULL", logged=False)
     while time.monotonic() < stop:  # writes go on across the change at the source
         n += 1
         _write(a, [n])
         if n == 30:
-            _run(a, f"ALTER TABLE zonesync_app.{TABLE} ADD COLUMN extra VARCHAR(10) NULL")
+            run_sql(a, f"ALTER TABLE zonesync_app.{TABLE} ADD COLUMN extra VARCHAR(10) NULL")
         if n > 30:
             with a.cursor() as cur:
                 cur.execute(f"UPDATE zonesync_app.{TABLE} SET extra = 'e', _zs_version = _zs_version + 1 "
@@ -231,9 +213,7 @@ def test_an_applier_killed_mid_drain_finishes_it_after_restart(zones, meta, brok
 
     reset_state(zones, meta)
     a, b = zones["a"].connect(), zones["b"].connect()
-    for conn in (a, b):
-        conn.autocommit(True)
-        _run(conn, f"DROP TABLE IF EXISTS zonesync_app.{TABLE}", CREATE, "USE zonesync_app", logged=False)
+    fresh_tables((a, b))
     cluster = Cluster(zones, meta, broker, test_cfg.broker_file, partitions=4)
     env = {"ZONESYNC_APPLY_CHECK_OWNERS": "0", "ZONESYNC_TEST_DRAIN_BATCH": "20"}
     child = None
@@ -241,14 +221,14 @@ def test_an_applier_killed_mid_drain_finishes_it_after_restart(zones, meta, brok
         cluster.start(zones=("a",), which=("replicator",))
         cluster.wait_started()
         child = spawn_worker("tests.support.applier_process", cluster, "b", tmp_path / "b1.log", **env)
-        _run(a, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo")
+        run_sql(a, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo")
         with a.cursor() as cur:
             cur.executemany(f"INSERT INTO zonesync_app.{TABLE} (id, memo, qty, _zs_origin, _zs_version) "
                             "VALUES (%s, 'v1', %s, 1, 1)", [(i, i) for i in range(1, 1201)])  # fmt: skip
             for i in range(1, 301):
                 cur.execute(f"UPDATE zonesync_app.{TABLE} SET memo = 'v2', _zs_version = 2 WHERE id = %s", (i,))
         wait_until(lambda: TABLE in _holds(b) and _parked(b) == 1500, 60, "b parks all 1500 events")
-        _run(b, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo", logged=False)
+        run_sql(b, f"ALTER TABLE zonesync_app.{TABLE} RENAME COLUMN note TO memo", logged=False)
         assert table_holds.resume(b, TABLE)
         seen = wait_until(lambda: (n := _parked(b)) < 1500 and n, 30, "the drain under way", step=0.005)
         child.kill()  # SIGKILL, mid-drain
@@ -264,7 +244,5 @@ def test_an_applier_killed_mid_drain_finishes_it_after_restart(zones, meta, brok
             child.kill()
             child.wait(10)
         cluster.stop()
-        for conn in (a, b):
-            _run(conn, f"DROP TABLE IF EXISTS zonesync_app.{TABLE}", logged=False)
-            conn.close()
+        drop_tables((a, b))
         reset_state(zones, meta)
