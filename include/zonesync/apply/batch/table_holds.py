@@ -214,13 +214,13 @@ def hold(conn, table: str, detail: str, park: str = ALL) -> None:
     conn.commit()
 
 
-def holds(conn) -> dict[str, tuple[str, str, object, int]]:
-    """table -> (status, detail, since, events parked)."""
+def holds(conn, count: bool = True) -> dict[str, tuple[str, str, object, int]]:
+    """table -> (status, detail, since, events parked: -1 unless `count`)."""
+    parked = "(SELECT COUNT(*) FROM zonesync.parked_events p WHERE p.table_name = h.table_name)" if count else "-1"
     try:
         with conn.cursor() as cur:
             cur.execute(
-                "SELECT h.table_name, h.status, h.detail, h.since, "
-                "(SELECT COUNT(*) FROM zonesync.parked_events p WHERE p.table_name = h.table_name) "
+                f"SELECT h.table_name, h.status, h.detail, h.since, {parked} "
                 "FROM zonesync.table_holds h ORDER BY h.table_name"
             )
             rows = cur.fetchall()

@@ -19,7 +19,9 @@ from zonesync.meta.outage import MetaOutage
 
 log = logging.getLogger("zonesync.applier")
 
-DRAIN_BUDGET_S = 0.5  # drain time per tick: the rounds go on between
+# drain time per tick (once a second, on the loop's thread): the rounds of every other
+# table wait meanwhile, so a drain adds up to this much to their lag
+DRAIN_BUDGET_S = 0.25
 
 
 class HeldTables:
@@ -67,7 +69,7 @@ class HeldTables:
     def read(self) -> None:
         """The zone's holds, handed to the writers when the set changed; a hold newly
         draining makes them forget the table's definition (it was changed)."""
-        found = table_holds.holds(self.writer().connect())
+        found = table_holds.holds(self.writer().connect(), count=False)  # (once a second: no counting)
         status = {table: row[0] for table, row in found.items()}
         resumed = [t for t, s in status.items() if s == table_holds.DRAINING and self.status.get(t) != s]
         tables = frozenset(status)
