@@ -107,8 +107,9 @@ class HeldTables:
             except PartitionsStopped as exc:
                 self.record(exc.result)  # the rest committed: settle what came before the first stop
                 stopped = {(s.source, s.partition, s.lsn) for s in exc.blocked}
-                first = min(i for i, source, e in taken if (source, e.partition, e.lsn) in stopped)
-                table_holds.settle(writer.connect(), table, first - 1)
+                first = min((i for i, source, e in taken if (source, e.partition, e.lsn) in stopped), default=None)
+                if first is not None:
+                    table_holds.settle(writer.connect(), table, first - 1)
                 log.warning("applier %s: draining %s stopped at %s: trying again", self.zone, table, exc)
                 return None
         if table_holds.settle(writer.connect(), table, through):
