@@ -10,9 +10,10 @@ import sys
 from zonesync.cli import common
 
 
-def _zones(args) -> list[str]:
+def _zones(wanted: list[str] | None) -> list[str]:
+    """The zones named (every zone when none is); an unknown one exits with one line."""
     known = common.zone_names()
-    wanted = args.zone or known
+    wanted = wanted or known
     unknown = [z for z in wanted if z not in known]
     if unknown:
         raise SystemExit(common.fail(f"--zone: unknown zone {unknown[0]!r}: one of {', '.join(known)}"))
@@ -31,7 +32,7 @@ def cmd_apply(args) -> int:
     if not request.reason.strip():
         return common.fail("--reason: say why (kept in the run's log)", "zonesync schema apply")
     if zones:
-        _zones(_Zones(list(zones)))
+        _zones(list(zones))
     conf = {"sql": args.sql, "zones": list(zones), "reason": args.reason, "max_lag_s": args.max_lag_s}
     what = f"{table} in zones {', '.join(zones) or 'all'}"
     run_id, state = common.run_dag("schema_change", conf, what, args.timeout, False, "schema", width=10)
@@ -45,7 +46,7 @@ def cmd_diff(args) -> int:
     from zonesync.schema import definitions
 
     by_zone = {}
-    for zone in _zones(args):
+    for zone in _zones(args.zone):
         conn = common.zone_conn(zone)
         try:
             by_zone[zone] = definitions.read(conn, args.table)
@@ -64,7 +65,7 @@ def cmd_holds(args) -> int:
     from zonesync.apply.batch import table_holds
 
     found = 0
-    for zone in _zones(args):
+    for zone in _zones(args.zone):
         conn = common.zone_conn(zone)
         try:
             holds = table_holds.holds(conn)
@@ -81,7 +82,7 @@ def cmd_holds(args) -> int:
 def cmd_resume(args) -> int:
     from zonesync.apply.batch import table_holds
 
-    (zone,) = _zones(_Zones([args.zone]))
+    (zone,) = _zones([args.zone])
     conn = common.zone_conn(zone)
     try:
         resumed = table_holds.resume(conn, args.table)
@@ -94,11 +95,6 @@ def cmd_resume(args) -> int:
     print(f"zone {zone}: table {args.table} draining: its appliers apply the parked events in order, then its "
           "events go straight in again (`zonesync schema holds` shows what is left)")  # fmt: skip
     return 0
-
-
-class _Zones:
-    def __init__(self, zone: list[str]):
-        self.zone = zone
 
 
 def cmd_log(args) -> int:

@@ -18,6 +18,7 @@ from zonesync.copy.request import CopyRefused, CopyRequest
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 from zonesync_airflow.operators.actor import run_actor
 from zonesync_airflow.operators.switch import ZoneConnections
+from zonesync_airflow.operators.task_states import failed_tasks
 
 
 def copy_context(context, meta_conn_id: str, zone_conn_prefix: str = "zonesync_zone_") -> steps.CopyContext:
@@ -71,10 +72,7 @@ class ZoneCopyStepOperator(BaseOperator):
 
     def _failed(self, context) -> list[str]:
         """The run's tasks upstream of this one that failed (the rollback's reason)."""
-        ti, run_id = context["ti"], context["dag_run"].run_id
-        upstream = sorted(self.upstream_task_ids)
-        states = ti.get_task_states(dag_id=ti.dag_id, task_ids=upstream, run_ids=[run_id]).get(run_id, {})
-        return [t for t in upstream if states.get(t) == "failed"]
+        return failed_tasks(context, self.upstream_task_ids)
 
 
 class ZoneCopyCaughtUpSensor(BaseSensorOperator):

@@ -22,6 +22,7 @@ from zonesync.apply.tools.progress import lag_report
 from zonesync.schema import steps
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 from zonesync_airflow.operators.switch import ZoneConnections
+from zonesync_airflow.operators.task_states import failed_tasks
 
 STEPS = ("preflight", "apply", "verify", "resume", "report")
 
@@ -91,7 +92,7 @@ class SchemaChangeStepOperator(BaseOperator):
         left = sorted(z for z, yes in changed.items() if not yes)
         self.log.info("%s changed in zone(s) %s; unchanged in %s", plan["table"], ", ".join(done) or "none",
                       ", ".join(left) or "none")  # fmt: skip
-        failed = self._failed(context)
+        failed = failed_tasks(context, [t for t in self.dag.task_ids if t != self.task_id])  # every step before it
         if failed:
             raise AirflowFailException(
                 f"{', '.join(failed)} failed: {plan['table']} has the change in zone(s) {', '.join(done) or 'none'} "
@@ -99,12 +100,6 @@ class SchemaChangeStepOperator(BaseOperator):
                 "(zones done are skipped)"
             )
         return {"changed": done, "unchanged": left}
-
-    def _failed(self, context) -> list[str]:
-        ti, run_id = context["ti"], context["dag_run"].run_id
-        upstream = sorted(t for t in self.dag.task_ids if t != self.task_id)  # every step before it
-        states = ti.get_task_states(dag_id=ti.dag_id, task_ids=upstream, run_ids=[run_id]).get(run_id, {})
-        return [t for t in upstream if states.get(t) == "failed"]
 
 
 def _lag(meta, zones: tuple[str, ...]) -> float:

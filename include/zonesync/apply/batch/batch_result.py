@@ -15,5 +15,4 @@ class BatchResult:
     applied: int = 0
     skipped: int = 0
     locked: list[tuple[str, str, str, str]] = field(default_factory=list)  # (source, table, pk, reason)
-    held: int = 0  # events of held tables parked (table_holds.py)
     new_rows: int = 0  # of the applied: rows written as new, without reading the target first

@@ -89,25 +89,25 @@ class TableHolds:
     def forget(self, table: str) -> None:
         self._shapes.pop(table, None)
 
-    def kept(self, conn, changes: list[tuple[str, list[ChangeEvent]]]) -> tuple[list, int]:
-        """(the changes without the events parked, how many were parked). Run in the
-        transaction that applies the rest: the holds are read under a shared lock, so a
-        drain that drops a hold waits for this transaction (see above). A hold parking
-        misfits parks an event that does not fit the table here, and every later event of
-        its partition (a key's events stay in order); the rest is applied."""
+    def kept(self, conn, changes: list[tuple[str, list[ChangeEvent]]]) -> list:
+        """The changes without the events parked. Run in the transaction that applies
+        the rest: the holds are read under a shared lock, so a drain that drops a hold
+        waits for this transaction (see above). A hold parking misfits parks an event that
+        does not fit the table here, and every later event of its partition (a key's
+        events stay in order); the rest is applied."""
         tables = self.tables
         if not tables:
-            return changes, 0
+            return changes
         present = {e.table for _, events in changes for e in events} & tables
         if not present:
-            return changes, 0
+            return changes
         marks = ", ".join(["%s"] * len(present))
         with conn.cursor() as cur:
             cur.execute(f"SELECT table_name, park FROM zonesync.table_holds WHERE table_name IN ({marks}) "
                         "LOCK IN SHARE MODE", sorted(present))  # fmt: skip
             held = dict(cur.fetchall())
             if not held:
-                return changes, 0
+                return changes
             picky = sorted(t for t, park in held.items() if park == MISFITS)
             parking: set[tuple[str, str, int]] = set()
             if picky:
@@ -136,7 +136,7 @@ class TableHolds:
                     "VALUES (%s, %s, %s, %s, %s)",
                     parked,
                 )
-        return kept, len(parked)
+        return kept
 
     def _shapes_of(self, conn, tables: list[str]) -> dict[str, Shape]:
         missing = [t for t in tables if t not in self._shapes]
@@ -144,7 +144,7 @@ class TableHolds:
             columns = target_columns(conn, missing)
             for table in missing:
                 have = columns.get(table, {})
-                required = frozenset(c for c, req in have.items() if req and not c.startswith("_zs_"))
+                required = frozenset(c for c, req in have.items() if req)
                 self._shapes[table] = Shape(frozenset(have), required, frozenset(primary_key(conn, table)))
         return {t: self._shapes[t] for t in tables}
 
@@ -246,8 +246,9 @@ def resume(conn, table: str) -> bool:
 
 
 def target_columns(conn, tables: list[str]) -> dict[str, dict[str, bool]]:
-    """table -> {column: whether a row must give it a value (NOT NULL, no default, not
-    generated, not auto-increment)} in the connection's database."""
+    """table -> {column: whether an event's row must give it a value (NOT NULL, no default,
+    not generated, not auto-increment, not one of the bookkeeping columns the writer sets
+    itself)} in the connection's database."""
     if not tables:
         return {}
     marks = ", ".join(["%s"] * len(tables))
@@ -261,7 +262,7 @@ def target_columns(conn, tables: list[str]) -> dict[str, dict[str, bool]]:
         rows = cur.fetchall()
     out: dict[str, dict[str, bool]] = {}
     for table, column, required in rows:
-        out.setdefault(table, {})[column] = bool(required)
+        out.setdefault(table, {})[column] = bool(required) and not column.startswith("_zs_")
     return out
 
 
@@ -287,7 +288,7 @@ def diagnose(conn, zone: str, changes, message: str) -> SchemaMismatch:
             continue  # missing altogether: TableMissing's case
         from_ = "/".join(sorted(sources[table]))
         extra = sorted(cols - have.keys())
-        needed = sorted(c for c, required in have.items() if required and c not in cols and not c.startswith("_zs_"))
+        needed = sorted(c for c, required in have.items() if required and c not in cols)
         parts = []
         if extra:
             parts.append(f"zone {from_}'s events carry column(s) {', '.join(extra)} that {table} lacks in zone {zone} "

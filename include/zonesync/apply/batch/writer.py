@@ -210,17 +210,15 @@ class ZoneWriter:
         for attempt in range(7):
             conn = self.connect()
             try:
-                held = 0
                 # first in the transaction: the admits' shared lock (resident.py), the holds' (table_holds.py)
                 kept, left_out = self.resident.kept(conn, changes)
                 if park:
-                    kept, held = self.holds.kept(conn, kept)
+                    kept = self.holds.kept(conn, kept)
                 if serial:
                     result = apply_serial(self, conn, kept, positions)
                 else:
                     result = self._apply(conn, kept, positions, read_first)  # commits (its last statement)
                 result.skipped += left_out
-                result.held += held
                 return result
             except NotAllNew:
                 self.rollback(conn)
