@@ -13,9 +13,11 @@ SET SESSION sql_log_bin = 0;
 -- The replicator: reads the zone's binlog as a replica does (REPLICATION SLAVE), lists
 -- and positions binlog files (BINLOG MONITOR) and purges the files every replicator
 -- has read (BINLOG ADMIN: PURGE BINARY LOGS, safe purge); it reads the application
--- tables' definitions (their primary keys) and no other schema.
+-- tables' definitions (their primary keys) and no other schema. `zonesync zones
+-- set-primary` runs as this account too: it asks a promoted replica whether it still
+-- replicates (SLAVE MONITOR: SHOW ALL SLAVES STATUS) and reads its binlog events.
 CREATE USER IF NOT EXISTS 'zs_replicator'@'%' ACCOUNT LOCK;
-GRANT REPLICATION SLAVE, BINLOG MONITOR, BINLOG ADMIN ON *.* TO 'zs_replicator'@'%';
+GRANT REPLICATION SLAVE, BINLOG MONITOR, BINLOG ADMIN, SLAVE MONITOR ON *.* TO 'zs_replicator'@'%';
 GRANT SELECT ON `zonesync_app`.* TO 'zs_replicator'@'%';
 
 -- The applier: rows of the application schema and its own bookkeeping schema

@@ -23,6 +23,7 @@ APP_TABLES = ("tenants", "orders")
 # every meta table that holds replication state
 REPLICATION_META = (
     "replicator_checkpoints",
+    "capture_segments",
     "capture_starts",
     "replicator_leases",
     "resend_requests",

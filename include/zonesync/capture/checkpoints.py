@@ -29,15 +29,19 @@ class Checkpoint:
     published_hwm: int = 0
     # events published per partition since the chain began (None: not counted, see 0007)
     partition_counts: dict[int, int] | None = field(default_factory=dict)
+    # the server it was read on (segments.py: positions mean something only there) and the
+    # GTID state at its position (gtid.py: where to go on in another server's binlog)
+    segment: int = 0
+    gtid_pos: str | None = None
 
 
 def _row(zone, r) -> Checkpoint:
     counts = None if r[5] is None else {int(k): int(v) for k, v in json.loads(r[5]).items()}
     lsns = {int(k): v for k, v in json.loads(r[3]).items()}
-    return Checkpoint(zone, int(r[0]), r[1], int(r[2]), lsns, int(r[4]), counts)
+    return Checkpoint(zone, int(r[0]), r[1], int(r[2]), lsns, int(r[4]), counts, int(r[6]), r[7])
 
 
-COLUMNS = "lsn, log_file, log_pos, partition_lsns, published_hwm, partition_counts"
+COLUMNS = "lsn, log_file, log_pos, partition_lsns, published_hwm, partition_counts, segment, gtid_pos"
 
 
 class CheckpointStore:
@@ -66,10 +70,11 @@ class CheckpointStore:
                     self._conn.begin()
                     self.lease.renew(cur)
                 cur.execute(
-                    f"INSERT INTO replicator_checkpoints (zone, {COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s) "
+                    f"INSERT INTO replicator_checkpoints (zone, {COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s) "
                     "ON DUPLICATE KEY UPDATE log_file = VALUES(log_file), log_pos = VALUES(log_pos), "
                     "partition_lsns = VALUES(partition_lsns), published_hwm = GREATEST(published_hwm, "
-                    "VALUES(published_hwm)), partition_counts = VALUES(partition_counts)",
+                    "VALUES(published_hwm)), partition_counts = VALUES(partition_counts), "
+                    "segment = VALUES(segment), gtid_pos = VALUES(gtid_pos)",
                     (
                         self.zone,
                         cp.lsn,
@@ -78,6 +83,8 @@ class CheckpointStore:
                         json.dumps(cp.partition_lsns),
                         cp.published_hwm,
                         None if cp.partition_counts is None else json.dumps(cp.partition_counts),
+                        cp.segment,
+                        cp.gtid_pos,
                     ),
                 )
                 if self.lease is not None:
@@ -109,15 +116,18 @@ class CheckpointStore:
             )
 
     def first_at_or_past(self, log_file: str, log_pos: int) -> Checkpoint | None:
-        """The oldest checkpoint at or past a binlog position, comparing file numbers as
-        numbers (as strings, binlog.999999 would sort after binlog.1000000)."""
+        """The oldest checkpoint at or past a binlog position of the zone's primary now,
+        comparing file numbers as numbers (as strings, binlog.999999 would sort after
+        binlog.1000000). Only the newest segment's checkpoints: a position read on the
+        primary now means nothing on a former one (segments.py)."""
         number = file_number(log_file)
         with self._cur() as cur:
             cur.execute(
-                f"SELECT {COLUMNS} FROM replicator_checkpoints WHERE zone = %s AND "
+                f"SELECT {COLUMNS} FROM replicator_checkpoints WHERE zone = %s AND segment = (SELECT MAX(segment) "
+                "FROM replicator_checkpoints WHERE zone = %s) AND "
                 "(CAST(SUBSTRING_INDEX(log_file, '.', -1) AS UNSIGNED) > %s OR "
                 "(CAST(SUBSTRING_INDEX(log_file, '.', -1) AS UNSIGNED) = %s AND log_pos >= %s)) ORDER BY lsn LIMIT 1",
-                (self.zone, number, number, log_pos),
+                (self.zone, self.zone, number, number, log_pos),
             )
             r = cur.fetchone()
         return _row(self.zone, r) if r else None

@@ -67,6 +67,24 @@ class ServerIdClash(CaptureFault):
         )
 
 
+class PrimaryChanged(CaptureFault):
+    """The server at the zone's primary address is not the one capture was reading (seed
+    S001-10, S003-38: a virtual IP moved to the promoted replica, a host rebuilt). Its
+    binlog positions mean nothing for the checkpoint, so nothing is read there until the
+    checkpoint is mapped onto it by GTID (`zonesync zones set-primary`, failover.py)."""
+
+    kind = "primary_changed"
+
+    def __init__(self, zone: str, address: str, found: int, expected: int):
+        super().__init__(
+            f"the server at {address} is server_id {found}, not {expected} that zone {zone}'s capture was reading: "
+            f"map the checkpoint onto it with `zonesync zones set-primary {zone} {address}`",
+            f"{address}:{found}",
+            {"address": address, "server_id": found, "capture_was_reading": expected,
+             "action": f"zonesync zones set-primary {zone} {address} (docs/failover.md)"},
+        )  # fmt: skip
+
+
 class FaultReporter:
     """One alert per (kind, key) for the process's life; meta being down only delays it."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from zonesync.capture import gtid
 from zonesync.capture.checkpoints import Checkpoint
 from zonesync.capture.delivery import Delivery
 from zonesync.capture.publish import Txn, queue_txn_events
@@ -36,6 +37,15 @@ class PassState:
     boundary_dirty: bool = False  # ... not yet in a checkpoint
     last_cp_time: float = 0.0
     last_request_poll: float = 0.0
+    # the server read (segments.py): its number, its LSNs' file offset and floor (every
+    # checkpoint's key is at least the floor, so the segment's first one outranks every
+    # checkpoint of the servers before it)
+    segment: int = 0
+    lsn_file_offset: int = 0
+    lsn_floor: int = 0
+    # GTID state (gtid.py) at the boundary; None: unknown (the server could not say)
+    gtid_state: dict | None = None
+    gtid_read: tuple[int, int, int] | None = None  # (domain, server, seq) of the transaction being read
 
     @property
     def streaming(self) -> bool:
@@ -64,6 +74,7 @@ class PassState:
             self.full,
             first_index=first_index,
             partition_counts=self.partition_counts,
+            lsn_file_offset=self.lsn_file_offset,
         )
 
     def commit_read(self, log_file: str, log_pos: int) -> None:
@@ -71,11 +82,18 @@ class PassState:
         self.txn = None
         self.boundary = (log_file, log_pos)
         self.boundary_dirty = True
+        if self.gtid_read is not None:
+            if self.gtid_state is not None:
+                domain, server, seq = self.gtid_read
+                self.gtid_state[domain] = (server, seq)
+            self.gtid_read = None
 
     def checkpoint(self) -> Checkpoint:
         """A checkpoint at the boundary (the position after the last commit read)."""
-        lsn = max(self.partition_lsns.values(), default=0)
+        lsn = max(max(self.partition_lsns.values(), default=0), self.lsn_floor)
         counts = None if self.partition_counts is None else dict(self.partition_counts)
+        gtid_pos = None if self.gtid_state is None else gtid.render(self.gtid_state)
         return Checkpoint(
-            self.zone, lsn, self.boundary[0], self.boundary[1], dict(self.partition_lsns), self.hwm, counts
-        )
+            self.zone, lsn, self.boundary[0], self.boundary[1], dict(self.partition_lsns), self.hwm, counts,
+            self.segment, gtid_pos,
+        )  # fmt: skip

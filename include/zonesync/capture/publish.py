@@ -58,6 +58,7 @@ def queue_txn_events(
     full,
     first_index=0,
     partition_counts=None,
+    lsn_file_offset=0,
 ) -> int:
     """Step 4: one committed transaction's rows as ChangeEvents, queued per partition;
     a queue that reaches MAX_MESSAGE_EVENTS goes to `full(partition, events)` at once.
@@ -66,6 +67,8 @@ def queue_txn_events(
     at a time passes its total there and the index of the event's first row.
     `partition_counts` counts every event given a place in a partition's chain, resent
     ones included (they are re-counted from the checkpoint the resend rewound to).
+    `lsn_file_offset` is the segment's (segments.py): an LSN's file number is the binlog
+    file's plus it, so a promoted replica's LSNs go on above its former primary's.
 
     Per row: the primary key, its text and partition, the LSN, the event. What is the
     same for a whole rows event (its table's key columns and partition hash prefix,
@@ -73,7 +76,7 @@ def queue_txn_events(
     once per rows event: this loop runs for every row captured.
     """
     counts = partition_counts if partition_counts is not None else {}  # events published per partition
-    fno = file_number(log_file)
+    fno = file_number(log_file) + lsn_file_offset
     make_lsn(fno, 0, 0)  # (the file number fits an LSN)
     file_bits = fno << (POS_BITS + ROW_BITS)
     count = txn.rows

@@ -43,6 +43,14 @@ class AgeError(ValueError):
 
 
 def needed_file(meta: MetaConfig, zone: str) -> tuple[str | None, str]:
+    cp, reason = needed_checkpoint(meta, zone)
+    return (None if cp is None else cp.log_file), reason
+
+
+def needed_checkpoint(meta: MetaConfig, zone: str):
+    """(the oldest checkpoint some consumer may still re-read from, why), or (None, why not).
+    Only the checkpoints of the zone's primary now (its newest segment, segments.py): a
+    consumer that needs one of a former primary's holds everything."""
     store = CheckpointStore(meta, zone)
     try:
         history = store.history()
@@ -50,6 +58,7 @@ def needed_file(meta: MetaConfig, zone: str) -> tuple[str | None, str]:
         store.close()
     if not history:
         return None, f"zone {zone} has no replicator checkpoint yet: nothing may be purged"
+    history = [cp for cp in history if cp.segment == history[-1].segment]
     conn = meta.connect()
     try:
         with conn.cursor() as cur:
@@ -76,7 +85,34 @@ def needed_file(meta: MetaConfig, zone: str) -> tuple[str | None, str]:
         need = candidates[-1]
         if (file_number(need.log_file), need.log_pos) < (file_number(oldest.log_file), oldest.log_pos):
             oldest, holder = need, f"{who} (applied LSN {have})"
-    return oldest.log_file, f"oldest file still needed: {oldest.log_file}, held by {holder}"
+    return oldest, f"oldest file still needed: {oldest.log_file}, held by {holder}"
+
+
+def safe_purge_replica(meta: MetaConfig, zone: str, replica_conn, dry_run: bool = False) -> tuple[str | None, str]:
+    """Seed S001-10 (the secondary must keep the log too: it may be promoted one day): purge
+    a zone replica's binlogs before the file holding the oldest needed checkpoint's GTID
+    position there (gtid.py), so that capture can go on from it after a promotion.
+    Returns (file or None, why)."""
+    from zonesync.capture import gtid
+
+    cp, reason = needed_checkpoint(meta, zone)
+    if cp is None:
+        return None, reason
+    if cp.gtid_pos is None:
+        return None, f"the oldest needed checkpoint ({cp.log_file}:{cp.log_pos}) has no GTID position: nothing purged"
+    try:
+        keep, _pos = gtid.locate(replica_conn, gtid.parse(cp.gtid_pos), where="the replica")
+    except gtid.GtidError as exc:
+        return None, f"nothing purged: {exc}"
+    reason = f"oldest file still needed there: {keep} (GTID {cp.gtid_pos}; on the primary, {reason})"
+    with replica_conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        files = [r[0] for r in cur.fetchall()]
+        if not files or files[0] == keep:
+            return None, f"nothing to purge: {reason}"
+        if not dry_run:
+            cur.execute(f"PURGE BINARY LOGS TO '{keep}'")
+    return keep, reason
 
 
 def safe_purge(

@@ -8,6 +8,11 @@ Protocol, one pass of `run()`:
 1. Position: the latest checkpoint in meta, or the zone's current binlog end on
    first start (saved at once as the chain's start, LSN 0). A zone captured before
    whose checkpoints are gone is refused (start.py): never a silent restart at the end.
+   The server read is the one the zone's newest capture segment names (segments.py):
+   after a failover, the promoted replica, with the checkpoint mapped onto its binlog by
+   GTID and LSNs that go on above the old primary's (failover.py, docs/failover.md); a
+   different server answering at the address is refused until mapped (PrimaryChanged).
+   Each checkpoint carries the GTID state at its position.
 2. Read the binlog from there (file/position resume). The reader registers under the
    lease holder's name; a server_id another reader already uses is refused, with an
    alert, rather than cutting that reader off (faults.ServerIdClash).
@@ -60,7 +65,7 @@ import time
 from pymysqlreplication.event import GtidEvent, HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from zonesync.capture import ddl, resend_plan
+from zonesync.capture import ddl, gtid, resend_plan, segments
 from zonesync.capture.binlog import registered_reader
 from zonesync.capture.binlog_stream import open_reader
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
@@ -71,6 +76,7 @@ from zonesync.capture.faults import (
     SERVER_ID_TAKEN,
     CaptureFault,
     FaultReporter,
+    PrimaryChanged,
     ServerIdClash,
 )
 from zonesync.capture.lag import CaptureLag
@@ -277,6 +283,7 @@ class Replicator:
         if not self._settings_checked:
             self._check_settings()
         cp = self._start_checkpoint()
+        segment = self._follow_primary(cp)
         other = self._clashing_reader()
         if other is not None:
             raise ServerIdClash(self.server_id, other)
@@ -305,6 +312,10 @@ class Replicator:
             resend_ids=plan.request_ids,
             retry_partitions=plan.partitions,
             retry_until=plan.until,
+            segment=segment.segment,
+            lsn_file_offset=segment.lsn_file_offset,
+            lsn_floor=segment.lsn_floor,
+            gtid_state=self._gtid_state(cp),
         )
         try:
             # the topic's partition count, as the broker has it, then as meta recorded it
@@ -315,6 +326,41 @@ class Replicator:
             delivery.producer.flush(5)
             raise
         return s, stream
+
+    def _follow_primary(self, cp: Checkpoint) -> segments.Segment:
+        """Step 1, which server: the zone's newest capture segment names its primary
+        (segments.py; `zonesync zones set-primary` adds one). The server answering there
+        must be the segment's own: another one (a virtual IP moved to a promoted replica)
+        is not read until the checkpoint is mapped onto it (faults.PrimaryChanged). The
+        first pass records segment 0."""
+        seg = segments.current(self.meta, self.zone)
+        if seg is not None and seg.segment > 0 and (seg.host, seg.port) != (self.source.host, self.source.port):
+            log.info("replicator %s: the zone's primary is %s (segment %d)", self.zone, seg.address, seg.segment)
+            self.source.moved_to(seg.host, seg.port)
+        found = self.source.server_id()
+        if seg is None:
+            return segments.first(self.meta, self.zone, self.source.host, self.source.port, found, cp.log_file,
+                                  cp.log_pos, cp.gtid_pos)  # fmt: skip
+        if found != seg.server_id:
+            raise PrimaryChanged(self.zone, f"{self.source.host}:{self.source.port}", found, seg.server_id)
+        if cp.segment != seg.segment:
+            raise ReplicatorError(
+                f"zone {self.zone}'s newest checkpoint was read on segment {cp.segment}, its primary is segment "
+                f"{seg.segment}: the checkpoint was not mapped onto the new primary (zonesync zones set-primary)"
+            )
+        return seg
+
+    def _gtid_state(self, cp: Checkpoint) -> dict | None:
+        """The GTID state at the pass's start: the checkpoint's, or asked of the server for
+        one saved before checkpoints carried it (None: unknown, and the pass's checkpoints
+        then carry none: a failover must wait for a later one)."""
+        if cp.gtid_pos is not None:
+            return gtid.parse(cp.gtid_pos)
+        try:
+            return self.source.gtid_state_at(cp.log_file, cp.log_pos)
+        except Exception as exc:  # noqa: BLE001 - (the stream's own open says what is wrong)
+            log.warning("replicator %s: no GTID state at %s:%s: %s", self.zone, cp.log_file, cp.log_pos, exc)
+            return None
 
     def _read(self, s: PassState, stream, deadline: float | None) -> bool:
         """vplayer's applyEvents: each event to the handler of its kind, then the periodic
@@ -342,10 +388,14 @@ class Replicator:
     def _on_gtid(self, s: PassState, ev, log_file: str):
         """A transaction begins: buffered from here to its commit (step 2), skipped whole
         when an applier wrote it (step 3)."""
-        gtid = str(getattr(ev, "gtid", None) or f"{log_file}:{ev.packet.log_pos}")
-        txn = s.txn = Txn(gtid, bool(ev.packet.flags & SKIP_REPLICATION_FLAG))
-        if gtid in self._large_txns:
-            txn.total, txn.commit_ts = self._large_txns[gtid]
+        gtid_text = getattr(ev, "gtid", None)
+        if gtid_text:
+            domain, server, seq = gtid_text.split("-")
+            s.gtid_read = (int(domain), int(server), int(seq))  # in the state once committed
+        gtid_id = str(gtid_text or f"{log_file}:{ev.packet.log_pos}")
+        txn = s.txn = Txn(gtid_id, bool(ev.packet.flags & SKIP_REPLICATION_FLAG))
+        if gtid_id in self._large_txns:
+            txn.total, txn.commit_ts = self._large_txns[gtid_id]
 
     def _on_rows(self, s: PassState, ev, log_file: str):
         """A rows event: buffered in its transaction; counted only, once the transaction

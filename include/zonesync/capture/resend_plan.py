@@ -8,8 +8,8 @@ to the highest high-water mark among them go out again with is_retry, for the
 asked partitions only.
 
 A request that no checkpoint can serve, or whose checkpoint lies in a binlog file
-already purged, fails at once ("needs full copy"): rewinding into a purged file
-would stop this zone's capture for every partition, retried for ever.
+already purged or on a former primary of the zone (docs/failover.md), fails at once
+("needs full copy"): rewinding into a purged file would stop this zone's capture for every partition, retried for ever.
 """
 
 from __future__ import annotations
@@ -39,9 +39,14 @@ def plan(meta: MetaConfig, zone: str, store: CheckpointStore, binlog_files, cp: 
     starts, held_files = [], binlog_files()
     for rid, part, from_lsn in requests:
         found = store.for_resend(part, from_lsn)
-        if found is None or found.log_file not in held_files:
-            why = "no checkpoint re-reads" if found is None else f"binlog {found.log_file}, which re-reads"
-            why = f"{why} LSN {from_lsn}{'' if found is None else ', was purged'}: needs full copy"
+        if found is None or found.segment != cp.segment or found.log_file not in held_files:
+            if found is None:
+                why = f"no checkpoint re-reads LSN {from_lsn}"
+            elif found.segment != cp.segment:  # (segments.py: its binlog is a former primary's)
+                why = f"LSN {from_lsn} was read on a former primary of the zone (segment {found.segment})"
+            else:
+                why = f"binlog {found.log_file}, which re-reads LSN {from_lsn}, was purged"
+            why = f"{why}: needs full copy"
             resends.finish(meta, [rid], "failed", why)
             continue
         starts.append(found)

@@ -88,6 +88,32 @@ class SourceDB:
             if int(value) != 1
         ]
 
+    def server_id(self) -> int:
+        """The server's @@server_id: which server answers at this address."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT @@GLOBAL.server_id")
+                return int(cur.fetchone()[0])
+        finally:
+            conn.close()
+
+    def moved_to(self, host: str, port: int) -> None:
+        """The zone's primary is now at host:port (segments.py): same account, new server;
+        what was known of its tables is asked again."""
+        self.host, self.port = host, int(port)
+        self._pks.clear()
+
+    def gtid_state_at(self, log_file: str, log_pos: int) -> dict | None:
+        """The GTID state at a position of this server's binlog (gtid.py), None if unknown."""
+        from zonesync.capture import gtid
+
+        conn = self.connect()
+        try:
+            return gtid.state_at(conn, log_file, log_pos)
+        finally:
+            conn.close()
+
     def binlog_files(self) -> set[str]:
         """The binlog files the server still holds (SHOW BINARY LOGS)."""
         conn = self.connect()

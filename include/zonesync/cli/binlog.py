@@ -68,11 +68,13 @@ def cmd_safe_purge(args) -> int:
     from zonesync.capture.purge import safe_purge
     from zonesync.events import EventError
 
+    if args.replica is not None:
+        return _purge_replica(args)
     if args.before is not None or args.older_than is not None:
         return _purge_older(args)
     try:
         purged_to, reason = safe_purge(
-            common.meta(), args.zone, dry_run=args.dry_run, to_file=args.to, source=common.zone_endpoint(args.zone)
+            common.meta(), args.zone, dry_run=args.dry_run, to_file=args.to, source=common.primary_endpoint(args.zone)
         )
     except EventError as exc:  # --to is not a binlog file name
         print(f"--to: {exc}: give a file name as `SHOW BINARY LOGS` lists it, e.g. binlog.000012")
@@ -85,6 +87,33 @@ def cmd_safe_purge(args) -> int:
     return 1 if reason.startswith("refused") else 0
 
 
+def _purge_replica(args) -> int:
+    """safe-purge --replica HOST:PORT: the zone replica's own binlog, kept from the oldest
+    needed checkpoint's GTID position there (purge.safe_purge_replica)."""
+    import dataclasses
+
+    from zonesync.capture.purge import safe_purge_replica
+
+    prefix = "zonesync binlog safe-purge"
+    host, sep, port = args.replica.rpartition(":")
+    if not (sep and host and port.isdigit()):
+        return common.fail(f"--replica: {args.replica!r}: give it as HOST:PORT, e.g. 10.0.0.8:3306", prefix)
+    if args.to or args.before or args.older_than:
+        return common.fail("--replica: takes no --to, --before or --older-than (it keeps what promotion needs)", prefix)
+    ep = dataclasses.replace(common.zone_endpoint(args.zone), host=host, port=int(port))
+    try:
+        conn = ep.connect(database="")
+    except Exception as exc:  # noqa: BLE001 - unreachable: one line
+        return common.fail(f"--replica: {args.replica}: {exc}", prefix)
+    try:
+        purged_to, reason = safe_purge_replica(common.meta(), args.zone, conn, dry_run=args.dry_run)
+    finally:
+        conn.close()
+    verb = "would purge" if args.dry_run else "purged"
+    print(reason if purged_to is None else f"{verb} the replica's binlogs before {purged_to} ({reason})")
+    return 0
+
+
 def _purge_older(args) -> int:
     """safe-purge --before / --older-than: exit 0 when every file old enough went (or none
     was old enough), 1 when a consumer holds back old-enough files (they are listed, with
@@ -95,7 +124,8 @@ def _purge_older(args) -> int:
         limit = cutoff(before=args.before, older_than=args.older_than)
     except AgeError as exc:
         return common.fail(str(exc), "zonesync binlog safe-purge")
-    done = purge_older(common.meta(), args.zone, limit, dry_run=args.dry_run, source=common.zone_endpoint(args.zone))
+    source = common.primary_endpoint(args.zone)
+    done = purge_older(common.meta(), args.zone, limit, dry_run=args.dry_run, source=source)
     verb = "would purge" if args.dry_run else "purged"
     if done.purged:
         print(f"{verb} {', '.join(done.purged)} (closed before {limit:%Y-%m-%d %H:%M:%S} UTC, no consumer needs them)")
@@ -134,6 +164,12 @@ def register(sub) -> None:
         "--older-than",
         metavar="AGE",
         help="purge only files closed more than AGE ago: a whole number of days, hours or minutes (1d, 12h, 30m)",
+    )
+    sp.add_argument(
+        "--replica",
+        metavar="HOST:PORT",
+        help="purge a replica of the zone instead: it keeps its binlog from the oldest needed checkpoint's GTID "
+        "position, so that capture can go on there if it is promoted",
     )
     sp.set_defaults(func=cmd_safe_purge)
     bs = bsub.add_parser(

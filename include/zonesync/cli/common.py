@@ -38,6 +38,14 @@ def zone_endpoint(zone: str):
     return resolve(zone)
 
 
+def primary_endpoint(zone: str):
+    """Zone `zone`'s primary now: its URL's account at the address of its last promotion
+    (`zonesync zones set-primary`, capture/segments.py), else the URL as it is."""
+    from zonesync.console.access import primary_endpoint as resolve
+
+    return resolve(zone)
+
+
 def zone_conn(zone: str):
     """A new connection to a zone's database: UTC, not autocommit (console/access.py)."""
     from zonesync.console.access import zone_conn as connect

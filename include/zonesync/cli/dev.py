@@ -72,6 +72,24 @@ def cmd_dev_topic(args) -> int:
     return 0
 
 
+def cmd_dev_replica(args) -> int:
+    """`zonesync dev replica ZONE [--port P]`: the zone's replica (dev/replica.py)."""
+    from zonesync.dev import replica
+
+    cfg = _cfg()
+    if args.zone not in [z.name for z in cfg.zones]:
+        print(f"zonesync dev replica: ZONE: {args.zone!r} is not a zone of ZONESYNC_ZONES")
+        return 2
+    try:
+        inst = replica.start(cfg, args.zone, args.port)
+    except (replica.ReplicaError, OSError, RuntimeError) as exc:
+        print(f"zonesync dev replica: {exc}")
+        return 1
+    print(f"{inst.name} replicates zone {args.zone} on 127.0.0.1:{inst.port} (GTID {replica.gtid_pos(inst)})")
+    print(f"  fail over to it: zonesync zones set-primary {args.zone} 127.0.0.1:{inst.port} (docs/failover.md)")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from zonesync.dev import demo
 
@@ -91,6 +109,10 @@ def register(sub) -> None:
     down.add_argument("--wipe", action="store_true", help="also delete the state dir (all zone data)")
     down.set_defaults(func=cmd_dev_down)
     dev_sub.add_parser("status", help="each component's address, pid and health").set_defaults(func=cmd_dev_status)
+    rep = dev_sub.add_parser("replica", help="start a zone's replica (GTID, log_slave_updates): a failover target")
+    rep.add_argument("zone")
+    rep.add_argument("--port", type=int, help="its port (default: ZONESYNC_BASE_PORT + 30 + the zone's id)")
+    rep.set_defaults(func=cmd_dev_replica)
     br = dev_sub.add_parser("broker", help="run the in-memory Kafka broker in the foreground")
     br.add_argument("--info-file", required=True, help="where to write bootstrap servers and the control port")
     br.add_argument("--partitions", type=int, default=32, help="partitions of the topics created at start")

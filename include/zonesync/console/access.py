@@ -1,21 +1,36 @@
 """How the console's callers reach a zone, the same for the `zonesync` command (cli/common.py)
 and the HTTP API (plugins/zonesync_airflow/api): the zone's Endpoint from its settings
-(ZONESYNC_ZONE_<NAME>_URL, or the dev environment's)."""
+(ZONESYNC_ZONE_<NAME>_URL, or the dev environment's), at the address of its last promotion
+when it has had one (`zonesync zones set-primary`, capture/segments.py)."""
 
 from __future__ import annotations
 
 
-def zone_conn(zone: str):
-    """A new connection to a zone's database: UTC, not autocommit, the Endpoint's timeouts."""
+def primary_endpoint(zone: str):
+    """The zone's Endpoint: its settings' account, at its primary now. Meta unreachable:
+    the settings' address (a command that needs meta says so itself)."""
+    import dataclasses
+
+    from zonesync.capture.segments import primary_address
+    from zonesync.meta.db import MetaConfig
     from zonesync.runtime.endpoints import zone_endpoint
 
-    return zone_endpoint(zone).connect(autocommit=False, init_command="SET time_zone = '+00:00'")
+    ep = zone_endpoint(zone)
+    try:
+        found = primary_address(MetaConfig.from_env(), zone)
+    except Exception:  # noqa: BLE001 - meta down or not set up
+        found = None
+    return ep if found is None else dataclasses.replace(ep, host=found[0], port=found[1])
+
+
+def zone_conn(zone: str):
+    """A new connection to a zone's database: UTC, not autocommit, the Endpoint's timeouts."""
+    return primary_endpoint(zone).connect(autocommit=False, init_command="SET time_zone = '+00:00'")
 
 
 def zone_writer(zone: str):
     """The applier's writer on a zone's database (locks add / resolve)."""
     from zonesync.apply.batch.writer import ZoneWriter
-    from zonesync.runtime.endpoints import zone_endpoint
 
-    ep = zone_endpoint(zone)
+    ep = primary_endpoint(zone)
     return ZoneWriter(ep.host, ep.port, ep.user, ep.password, ep.database)

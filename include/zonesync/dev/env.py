@@ -308,6 +308,7 @@ def down(cfg: EnvConfig) -> list[str]:
         *worker_names(cfg),
         "broker",
         *[i.name for i in reversed(kv_instances(cfg))],
+        *[f"zone-{z.name}-replica" for z in cfg.zones],  # (dev/replica.py: started on demand)
         *[i.name for i in reversed(instances(cfg))],
     ]
     stopped = []

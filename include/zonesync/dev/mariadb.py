@@ -47,6 +47,7 @@ class Instance:
     # variable mariadbd starts with (e.g. "America/New_York": SYSTEM then follows its DST).
     default_time_zone: str | None = None
     tz: str | None = None
+    extra_args: tuple[str, ...] = ()  # e.g. a replica's --log-slave-updates (dev/replica.py)
 
     @property
     def socket(self) -> Path:
@@ -101,6 +102,7 @@ class Instance:
                 if 0 < self.gtid_domain_id <= ZONE_ID_SPACE
                 else []
             ),
+            *self.extra_args,
         ]
 
     def environment(self) -> dict | None:

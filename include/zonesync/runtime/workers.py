@@ -70,6 +70,29 @@ def parse_table_weights(text: str | None, source: str = "--table-weights") -> di
     return weights
 
 
+class PrimaryAddress:
+    """Where a zone's primary is now: its last promotion's address (capture/segments.py,
+    `zonesync zones set-primary`), else the configured one. Asked whenever a worker
+    (re)connects, so an applier follows a failover at its next pass; meta unreachable:
+    the last address known."""
+
+    def __init__(self, meta: MetaConfig, zone: str, configured: tuple[str, int]):
+        self.meta, self.zone, self.known = meta, zone, configured
+
+    def __call__(self) -> tuple[str, int]:
+        from zonesync.capture.segments import primary_address
+
+        try:
+            found = primary_address(self.meta, self.zone)
+        except Exception as exc:  # noqa: BLE001 - meta down: the last known address
+            logging.getLogger("zonesync.workers").warning("zone %s's primary: meta unreachable (%s)", self.zone, exc)
+            return self.known
+        if found is not None and found != self.known:
+            logging.getLogger("zonesync.workers").warning("zone %s's primary is %s:%s", self.zone, *found)
+            self.known = found
+        return self.known
+
+
 def build_applier(
     zone: str,
     workers: int = 4,
@@ -85,11 +108,13 @@ def build_applier(
     ep = zone_endpoint(zone, env)
     cfg = config.load(env)
     sources = [z.name for z in cfg.zones if z.name != zone]
+    meta = MetaConfig.from_env(env)
+    primary = PrimaryAddress(meta, zone, (ep.host, ep.port))
     return Applier(
         zone=zone,
         sources=sources,
-        writer_factory=lambda: ZoneWriter(ep.host, ep.port, ep.user, ep.password, ep.database),
-        meta=MetaConfig.from_env(env),
+        writer_factory=lambda: ZoneWriter(*primary(), ep.user, ep.password, ep.database),
+        meta=meta,
         partitions=transport.partitions(env),
         settings=ApplierSettings(
             workers=workers,
