@@ -122,3 +122,43 @@ def test_bad_input_is_refused_before_anything_changes(mesh, dag):
     run = dag.test(run_conf={"sql": "ALTER TABLE drift ADD x INT", "reason": "r", "zones": ["a", "zz"]})
     assert _states(run)["preflight"] == "failed"
     assert {z: definitions.read(mesh[z], [TABLE]) for z in ZONES} == before
+
+
+def test_an_apply_killed_mid_way_leaves_the_zones_done_and_a_new_run_goes_on(mesh, zones, meta, dag):
+    """kill -9 of the apply step while it waits for zone b's appliers (zone a changed, b not
+    yet): a changed, b and c not; the DAG run afterwards skips a, changes b and c, and the
+    holds drain with every row in every zone."""
+    import signal
+
+    from tests.support import schema_process
+    from zonesync.apply.tools import progress
+
+    sql = f"ALTER TABLE {TABLE} ADD COLUMN extra INT NULL"
+    a, b = mesh["a"], mesh["b"]
+    with writing(zones["a"]) as written:
+        # every partition of a's stream running in b, then halted: b's wait for a cannot end
+        wait_until(lambda: len(progress.applied_lsns(b, "a")) == 4, 30, "b applies every partition of a")
+        assert len(progress.halt(b, "a", None, "test: hold b back from a's changes")) == 4
+        proc = schema_process.spawn(meta, zones, sql, ["a", "b", "c"])
+        try:
+            lines = []
+            for line in proc.stdout:
+                lines.append(line.strip())
+                if line.strip() == "waiting b":
+                    break
+            assert lines[-2:] == ["applied a", "waiting b"], lines
+            proc.send_signal(signal.SIGKILL)  # mid-way: a changed, b waiting for a's changes
+            proc.wait(10)
+        finally:
+            proc.kill()
+        shapes = {z: definitions.read(mesh[z], [TABLE])[TABLE] for z in ZONES}
+        assert "extra" in shapes["a"].columns and "extra" not in shapes["b"].columns | shapes["c"].columns
+        progress.resume(b, "a")
+        run = dag.test(run_conf={"sql": sql, "reason": "after a kill"})
+        assert run.state == "success", _states(run)
+        assert run.get_task_instance("apply").xcom_pull(task_ids="apply")["a"] == "already"
+        wait_until(lambda: not any(table_holds.holds(mesh[z]) for z in ZONES), 30, "the holds drained")
+    wait_until(lambda: _rows(b) == _rows(a) == _rows(mesh["c"]), 30, "every zone has a's rows")
+    assert len(_rows(a)) == len(written)
+    shapes = {z: definitions.read(mesh[z], [TABLE]) for z in ZONES}
+    assert definitions.diff(shapes) == [] and "extra" in shapes["c"][TABLE].columns
