@@ -120,3 +120,26 @@ def test_the_command_refuses_bad_arguments_with_one_line_and_triggers_nothing(ar
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_great_expectations_is_imported_without_the_modules_only_an_unused_expectation_needs():
+    """check_expectations.import_gx: scipy.stats and altair (GX's KL-divergence expectation,
+    a third of its import) stay unloaded until used, and work when used."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = (
+        "import sys\n"
+        "from spark_jobs.check_expectations import import_gx\n"
+        "gx = import_gx()\n"
+        "assert gx.ExpectationSuite is not None\n"
+        "print(sorted(m for m in ('scipy.stats._stats_py', 'altair.vegalite') if m in sys.modules))\n"
+        "from scipy import stats\n"
+        "import altair\n"
+        "print(round(float(stats.entropy([0.5, 0.5], [0.25, 0.75])), 4), altair.Chart.__name__)\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["[]", "0.1438 Chart"], out.stdout
