@@ -172,6 +172,9 @@ def test_a_replica_that_missed_captured_transactions_is_refused_then_promoted_wi
     _refused(lost, "lacks transactions capture already read", "--allow-lost")
     assert segments.history(meta, "a") == before, "a refusal changed meta"
 
+    # the promoted replica is written before the mapping: its own transactions (under its
+    # own server id, numbered on from where it stopped receiving) must be captured
+    _sql(replica.port, "INSERT INTO tenants (tenant_id, name) VALUES (299, 'before the mapping')")
     forced = _zs(env, "zones", "set-primary", "a", f"127.0.0.1:{replica.port}", "--allow-lost", "--reason", "t")
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert "LOST" in forced.stdout, forced.stdout
@@ -183,5 +186,6 @@ def test_a_replica_that_missed_captured_transactions_is_refused_then_promoted_wi
     # capture goes on at the new primary: a row written there reaches zone b
     _sql(replica.port, "INSERT INTO tenants (tenant_id, name) VALUES (300, 'after')")
     assert procs.wait_until(lambda: _sql(b, "SELECT name FROM tenants WHERE tenant_id = 300") == (("after",),), 60)
+    assert _sql(b, "SELECT name FROM tenants WHERE tenant_id = 299") == (("before the mapping",),)
     listed = _zs(env, "zones", "primaries", "a")
     assert "LOST" in listed.stdout and f"127.0.0.1:{replica.port}" in listed.stdout, listed.stdout

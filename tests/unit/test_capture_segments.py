@@ -36,9 +36,12 @@ def test_gtid_positions_parse_render_and_compare():
     assert state == {1: (11, 5), 2: (12, 30)}
     assert gtids.parse("[1-11-5]") == {1: (11, 5)} and gtids.parse("") == {} and gtids.parse(None) == {}
     assert gtids.render(state) == "1-11-5,2-12-30"
-    assert gtids.covers(state, 1, 5) and not gtids.covers(state, 1, 6) and not gtids.covers(state, 3, 1)
-    assert gtids.covers_all(state, {1: (99, 4)}) and not gtids.covers_all(state, {2: (12, 31)})
-    assert gtids.missing({1: (11, 3)}, state) == {1: (3, 5), 2: (0, 30)}
+    assert gtids.covers_all(state, {1: (11, 4)}) and not gtids.covers_all(state, {2: (12, 31)})
+    assert not gtids.covers_all(state, {1: (99, 4)}), "another server's transaction 4 is not this history's"
+    held = {(1, 11): 3, (2, 12): 30, (1, 21): 9}  # @@gtid_binlog_state: per domain and server
+    assert gtids.missing(held, state) == {1: (3, 5)}, "server 21's own 1-21-9 is not 1-11-5"
+    assert gtids.clipped(held, state) == {1: (11, 3), 2: (12, 30)}
+    assert gtids._pairs("1-11-3,1-21-9,2-12-30") == held
     with pytest.raises(gtids.GtidError, match="'1-x-5' is not DOMAIN-SERVER-SEQ"):
         gtids.parse("1-x-5")
 
@@ -92,3 +95,16 @@ def test_after_a_promotion_the_replicator_reads_the_new_primary(rep, monkeypatch
     assert (rep.source.host, rep.source.port) == ("10.0.0.8", 3307)
     with pytest.raises(ReplicatorError, match="was not mapped onto the new primary"):
         rep._follow_primary(Checkpoint("a", 5, "binlog.000001", 900, segment=0))
+
+
+def test_each_failover_puts_the_new_segments_lsns_above_every_earlier_one():
+    from zonesync.capture.failover import _continued, next_floor
+
+    cp = Checkpoint("a", make_lsn(3, 900, 0), "binlog.000003", 950, {0: make_lsn(3, 900, 0), 1: make_lsn(2, 40, 1)},
+                    make_lsn(3, 900, 0), {0: 10, 1: 4})  # fmt: skip
+    lsns, counts, top = _continued(cp, {1: (2, make_lsn(4, 12, 0))})  # two events of partition 1 past it
+    assert lsns == {0: make_lsn(3, 900, 0), 1: make_lsn(4, 12, 0)} and counts == {0: 10, 1: 6}
+    base, floor = next_floor(top)
+    assert (base, floor) == (5, make_lsn(5, 0, 0) - 1) and floor > top
+    again, higher = next_floor(floor)  # a second failover before the first segment published anything
+    assert higher > floor and again == 6

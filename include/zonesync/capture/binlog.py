@@ -5,7 +5,20 @@ from __future__ import annotations
 import pymysql
 
 
-def binlog_end(conn) -> tuple[str, int] | None:
+class Position(tuple):
+    """(file, position) in one server's binlog, knowing which server (`server_id`): a
+    position means nothing on another one (a zone's promoted replica: docs/failover.md).
+    Compares, unpacks and serializes as the plain pair (JSON drops the server)."""
+
+    server_id: int | None
+
+    def __new__(cls, log_file: str, log_pos: int, server_id: int | None = None):
+        self = super().__new__(cls, (log_file, int(log_pos)))
+        self.server_id = server_id
+        return self
+
+
+def binlog_end(conn) -> Position | None:
     """(file, position) the server will write next, or None when binary logging is off.
 
     MySQL 8.4 removed SHOW MASTER STATUS for SHOW BINARY LOG STATUS; MariaDB knows only
@@ -18,7 +31,11 @@ def binlog_end(conn) -> tuple[str, int] | None:
         except pymysql.err.MySQLError:
             cur.execute("SHOW BINARY LOG STATUS")
         row = cur.fetchone()
-    return (row[0], int(row[1])) if row else None
+        if not row:
+            return None
+        cur.execute("SELECT @@GLOBAL.server_id")
+        server_id = int(cur.fetchone()[0])
+    return Position(row[0], int(row[1]), server_id)
 
 
 def registered_reader(conn, server_id: int) -> str | None:

@@ -169,6 +169,28 @@ ROWS_V1 = {
 _SKIP = object()
 
 
+class ServerChanged(RuntimeError):
+    """The server answering at the stream's address is not the one the pass began on."""
+
+
+class CheckedStreamConnection(StreamConnection):
+    """A stream connection that refuses a server other than `expected_server_id`: the
+    library reconnects on a lost connection at the same position, and a virtual IP moved
+    to a promoted replica in between would serve positions that mean nothing there
+    (docs/failover.md). The pass ends instead, and its next start checks the server."""
+
+    expected_server_id: int | None = None
+
+    def connect(self, sock=None):
+        super().connect(sock)
+        with self.cursor(pymysql.cursors.Cursor) as cur:  # (the library's connections default to dict rows)
+            cur.execute("SELECT @@GLOBAL.server_id")
+            found = int(cur.fetchone()[0])
+        if found != self.expected_server_id:
+            self.close()
+            raise ServerChanged(f"{self.host}:{self.port} is now server_id {found}, not {self.expected_server_id}")
+
+
 class LeanBinLogStreamReader(BinLogStreamReader):
     """BinLogStreamReader whose hot events skip the library's per-event objects.
 
@@ -177,8 +199,11 @@ class LeanBinLogStreamReader(BinLogStreamReader):
     filter or stop condition every event goes through the library.
     """
 
-    def __init__(self, *args, row_decoder: RowDecoder | None = None, **kwargs):
+    def __init__(self, *args, row_decoder: RowDecoder | None = None, expected_server_id: int | None = None, **kwargs):
         kwargs["pymysql_wrapper"] = StreamConnection
+        if expected_server_id is not None:  # every (re)connection checks which server answers
+            kwargs["pymysql_wrapper"] = type("CheckedStreamConnection", (CheckedStreamConnection,),
+                                             {"expected_server_id": expected_server_id})  # fmt: skip
         super().__init__(*args, **kwargs)
         self.rows = row_decoder or RowDecoder()
         self._only_schemas = kwargs.get("only_schemas")
@@ -313,11 +338,14 @@ def _length_coded(data: bytes, pos: int) -> tuple[int, int]:
     return pos + 1 + size, int.from_bytes(data[pos + 1 : pos + 1 + size], "little")
 
 
-def open_reader(rows: RowDecoder, source, server_id: int, holder: str, log_file: str, log_pos: int):
+def open_reader(rows: RowDecoder, source, server_id: int, holder: str, log_file: str, log_pos: int,
+                expected_server_id: int | None = None):  # fmt: skip
     """The replicator's stream from (log_file, log_pos) of `source` (a SourceDB): blocking,
-    with heartbeats, registered under the lease holder's name, its schemas only."""
+    with heartbeats, registered under the lease holder's name, its schemas only; with
+    `expected_server_id`, never from another server (CheckedStreamConnection)."""
     return LeanBinLogStreamReader(
         row_decoder=rows,
+        expected_server_id=expected_server_id,
         connection_settings=source.settings(),
         server_id=server_id,
         report_slave=holder,

@@ -96,8 +96,9 @@ class CheckpointStore:
     def prune(self) -> int:
         """Thin the history: the newest HISTORY_KEEP checkpoints stay (one every 100 ms is
         about eight minutes of them), older ones keep the first of each minute, and the
-        chain's first stays. Resends and replays can still reach back as far as before,
-        re-reading at most a minute more binlog."""
+        chain's first stays, as does each segment's first (a failover's: segments.py).
+        Resends and replays can still reach back as far as before, re-reading at most a
+        minute more binlog."""
         with self._cur() as cur:
             cur.execute(
                 "SELECT lsn FROM replicator_checkpoints WHERE zone = %s ORDER BY lsn DESC LIMIT 1 OFFSET %s",
@@ -110,24 +111,33 @@ class CheckpointStore:
                 "DELETE c FROM replicator_checkpoints c JOIN (SELECT DATE_FORMAT(created_at, '%%Y%%m%%d%%H%%i') m, "
                 "MIN(lsn) keep_lsn FROM replicator_checkpoints WHERE zone = %s AND lsn <= %s GROUP BY m) k "
                 "ON DATE_FORMAT(c.created_at, '%%Y%%m%%d%%H%%i') = k.m WHERE c.zone = %s AND c.lsn <= %s "
-                "AND c.lsn <> k.keep_lsn AND c.lsn > (SELECT m FROM (SELECT MIN(lsn) m FROM replicator_checkpoints "
-                "WHERE zone = %s) x)",
+                "AND c.lsn <> k.keep_lsn AND c.lsn NOT IN (SELECT m FROM (SELECT MIN(lsn) m FROM "
+                "replicator_checkpoints WHERE zone = %s GROUP BY segment) x)",
                 (self.zone, row[0], self.zone, row[0], self.zone),
             )
 
-    def first_at_or_past(self, log_file: str, log_pos: int) -> Checkpoint | None:
-        """The oldest checkpoint at or past a binlog position of the zone's primary now,
-        comparing file numbers as numbers (as strings, binlog.999999 would sort after
-        binlog.1000000). Only the newest segment's checkpoints: a position read on the
-        primary now means nothing on a former one (segments.py)."""
+    def first_at_or_past(self, log_file: str, log_pos: int, server_id: int | None = None) -> Checkpoint | None:
+        """The oldest checkpoint at or past a binlog position, comparing file numbers as
+        numbers (as strings, binlog.999999 would sort after binlog.1000000). Positions
+        mean something only on their server (segments.py): only the checkpoints of the
+        newest segment read on `server_id` (the server the position was read on: none
+        when capture never read it), or without it, of the newest segment."""
         number = file_number(log_file)
+        if server_id is None:
+            which, args = "(SELECT MAX(segment) FROM replicator_checkpoints WHERE zone = %s)", (self.zone,)
+        else:
+            which = (  # (no segment recorded yet: capture ran before they were; any server)
+                "(SELECT CASE WHEN EXISTS (SELECT 1 FROM capture_segments WHERE zone = %s) THEN (SELECT "
+                "COALESCE(MAX(segment), -1) FROM capture_segments WHERE zone = %s AND server_id = %s) ELSE "
+                "(SELECT MAX(segment) FROM replicator_checkpoints WHERE zone = %s) END)"
+            )
+            args = (self.zone, self.zone, server_id, self.zone)
         with self._cur() as cur:
             cur.execute(
-                f"SELECT {COLUMNS} FROM replicator_checkpoints WHERE zone = %s AND segment = (SELECT MAX(segment) "
-                "FROM replicator_checkpoints WHERE zone = %s) AND "
+                f"SELECT {COLUMNS} FROM replicator_checkpoints WHERE zone = %s AND segment = {which} AND "
                 "(CAST(SUBSTRING_INDEX(log_file, '.', -1) AS UNSIGNED) > %s OR "
                 "(CAST(SUBSTRING_INDEX(log_file, '.', -1) AS UNSIGNED) = %s AND log_pos >= %s)) ORDER BY lsn LIMIT 1",
-                (self.zone, self.zone, number, number, log_pos),
+                (self.zone, *args, number, number, log_pos),
             )
             r = cur.fetchone()
         return _row(self.zone, r) if r else None

@@ -321,7 +321,8 @@ class Replicator:
             # the topic's partition count, as the broker has it, then as meta recorded it
             topics.check_broker(delivery.producer, [self.topic], self.partitions)
             topics.claim(self.meta, self.zone, self.partitions, chain_partitions)
-            stream = open_reader(self.rows, self.source, self.server_id, self.lease.holder, cp.log_file, cp.log_pos)
+            stream = open_reader(self.rows, self.source, self.server_id, self.lease.holder, cp.log_file, cp.log_pos,
+                                 expected_server_id=segment.server_id)  # fmt: skip
         except Exception:
             delivery.producer.flush(5)
             raise

@@ -21,6 +21,7 @@ checkpoint and never pruned with the checkpoint history:
 
 from __future__ import annotations
 
+from zonesync.capture import segments
 from zonesync.capture.checkpoints import Checkpoint, CheckpointStore
 from zonesync.config import ConfigError
 from zonesync.meta.db import MetaConfig
@@ -65,10 +66,14 @@ def bootstrap(meta: MetaConfig, zone: str, log_file: str, log_pos: int, by: str,
     capture_starts row, in one meta transaction. Refused while the zone has checkpoints:
     moving an existing chain's start would make the same binlog position produce
     another prev_lsn chain than the one consumers are following."""
-    cp = Checkpoint(zone, 0, log_file, int(log_pos), {}, 0)
     with meta.transaction() as cur:
         if lease is not None:
             lease.renew(cur)
+        # the chain starts on the zone's primary now (segments.py: after a failover, the
+        # newest segment); its GTID state there is asked by the first pass
+        seg = segments.current(meta, zone, cur=cur)
+        floor, number = (seg.lsn_floor, seg.segment) if seg else (0, 0)
+        cp = Checkpoint(zone, floor, log_file, int(log_pos), {}, 0, segment=number)
         cur.execute("SELECT lsn FROM replicator_checkpoints WHERE zone = %s LIMIT 1 FOR UPDATE", (zone,))
         if cur.fetchone() is not None:
             raise BootstrapRefused(
@@ -81,8 +86,8 @@ def bootstrap(meta: MetaConfig, zone: str, log_file: str, log_pos: int, by: str,
         )
         cur.execute(
             "INSERT INTO replicator_checkpoints (zone, lsn, log_file, log_pos, partition_lsns, published_hwm, "
-            "partition_counts) VALUES (%s, 0, %s, %s, '{}', 0, '{}')",
-            (zone, log_file, int(log_pos)),
+            "partition_counts, segment) VALUES (%s, %s, %s, %s, '{}', 0, '{}', %s)",
+            (zone, cp.lsn, log_file, int(log_pos), cp.segment),
         )
     return cp
 
@@ -120,7 +125,7 @@ def skip_lost(meta: MetaConfig, zone: str, source_conn, reason: str, by: str) ->
                 "replicator reads on from it"
             )
         end = binlog_end(source_conn)
-        moved = replace(cp, log_file=end[0], log_pos=int(end[1]))
+        moved = replace(cp, log_file=end[0], log_pos=int(end[1]), gtid_pos=None)  # (the next pass asks it)
         store.save(moved)
     finally:
         store.close()

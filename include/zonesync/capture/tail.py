@@ -8,8 +8,11 @@ prev_lsn point behind its applied LSN, a gap no resend can fill (the old server'
 is gone). So the promotion reads, per partition, every event after the checkpoint's LSN:
 how many (the published counts go on exactly) and the last one (the next prev_lsn).
 
-Messages are read backwards from each partition's end, one at a time, until one starts
-at or below the checkpoint's LSN: the events past a checkpoint are a few messages.
+Messages are read backwards from each partition's end, one at a time, until one holds an
+event first published (not is_retry) at or below the checkpoint's LSN: first
+publications are in LSN order, so nothing before it is past the checkpoint; re-published
+ones (a restart or a resend re-reads older events) are stepped over. An event published
+twice is counted once. The events past a checkpoint are a few messages.
 """
 
 from __future__ import annotations
@@ -48,20 +51,18 @@ def events_after(bootstrap: str, topic: str, partitions: int, after: dict[int, i
     try:
         for p in range(partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-            floor, count, last = after.get(p, 0), 0, 0
+            floor, newer = after.get(p, 0), set()
             offset = high - 1
             while offset >= low:
                 if high - offset > MAX_MESSAGES:
                     raise TailUnread(f"topic {topic} partition {p}: over {MAX_MESSAGES} messages past the checkpoint")
                 events = decode_message(_message_at(consumer, topic, p, offset, timeout).value())
-                newer = [e for e in events if e.lsn > floor]
-                last = max(last, newer[-1].lsn) if newer else last
-                count += len(newer)
-                if len(newer) < len(events) or not newer:
+                newer.update(e.lsn for e in events if e.lsn > floor)
+                if any(e.lsn <= floor and not e.is_retry for e in events):
                     break
                 offset -= 1
-            if count:
-                out[p] = (count, last)
+            if newer:
+                out[p] = (len(newer), max(newer))
         return out
     except KafkaException as exc:
         raise TailUnread(f"topic {topic}: {exc}") from None

@@ -146,22 +146,32 @@ def build_tagger(zone: str, env: dict | None = None):
 
     ep = zone_endpoint(zone, env)
     cfg = config.load(env)
+    meta = MetaConfig.from_env(env)
+    primary = PrimaryAddress(meta, zone, (ep.host, ep.port))
 
     def connect():
-        return load_connection(ep.host, ep.port, ep.user, ep.password, ep.database)
+        return load_connection(*primary(), ep.user, ep.password, ep.database)
 
-    return Tagger(zone, [z.name for z in cfg.zones], connect, ep.database, MetaConfig.from_env(env),
-                  transport.partitions(env))  # fmt: skip
+    return Tagger(zone, [z.name for z in cfg.zones], connect, ep.database, meta, transport.partitions(env))
 
 
 def build_kv_tagger(zone: str, env: dict | None = None):
     """The KV tagger of `zone` (tagging/kv_tagger.py): its KV repos' change logs into its tag
     store, with the zone's applier account."""
+    import dataclasses
+
     from zonesync.runtime.kv_endpoint import kv_endpoint
     from zonesync.tagging.kv_tagger import KvTagger
 
     ep = zone_endpoint(zone, env)
-    return KvTagger(zone, kv_endpoint(zone, env), ep.connect, MetaConfig.from_env(env))
+    meta = MetaConfig.from_env(env)
+    primary = PrimaryAddress(meta, zone, (ep.host, ep.port))
+
+    def connect(*args, **kwargs):
+        host, port = primary()
+        return dataclasses.replace(ep, host=host, port=port).connect(*args, **kwargs)
+
+    return KvTagger(zone, kv_endpoint(zone, env), connect, meta)
 
 
 def run_forever(worker) -> int:

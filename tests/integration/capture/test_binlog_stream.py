@@ -99,3 +99,30 @@ def test_lean_stream_matches_the_library_event_for_event(zones):
     assert len(flagged) == 1, "the applier's transaction keeps its skip_replication flag"
     tables = {e[7] for e in lean if e[0].endswith("RowsEvent")}
     assert tables == {"lean_rows", "lean_enum"}, "another schema's rows are filtered out"
+
+
+def test_a_stream_never_reads_a_server_other_than_the_one_its_pass_began_on(zones):
+    """The library reconnects at the same position on a lost connection; with the server
+    the pass expects named (the capture segment's), a connection to any other server
+    (a virtual IP moved to a promoted replica) ends the read instead (docs/failover.md)."""
+    from zonesync.capture.binlog_stream import ServerChanged, open_reader
+    from zonesync.capture.source import SourceDB
+
+    inst = zones["a"]
+    source = SourceDB("127.0.0.1", inst.port, "root", "", ["zonesync_app"])
+    conn = inst.connect()
+    try:
+        start = position(conn)
+    finally:
+        conn.close()
+    right = open_reader(RowDecoder(), source, 4990, "zs:test", *start, expected_server_id=source.server_id())
+    try:
+        assert right.fetchone() is not None  # (a rotate or heartbeat: it reads)
+    finally:
+        right.close()
+    wrong = open_reader(RowDecoder(), source, 4991, "zs:test", *start, expected_server_id=source.server_id() + 100)
+    try:
+        with pytest.raises(ServerChanged, match=f"is now server_id {source.server_id()}, not"):
+            wrong.fetchone()
+    finally:
+        wrong.close()

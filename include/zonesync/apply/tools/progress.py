@@ -21,7 +21,8 @@ def targets_reached(meta: MetaConfig, source_zone: str, position: tuple[str, int
     file_number(position[0])  # a malformed position fails here, loudly
     store = CheckpointStore(meta, source_zone)
     try:
-        cp = store.first_at_or_past(position[0], position[1])
+        # a position read by binlog_end knows its server: never compared with another's
+        cp = store.first_at_or_past(position[0], position[1], getattr(position, "server_id", None))
     finally:
         store.close()
     return None if cp is None else dict(cp.partition_lsns)
