@@ -10,7 +10,6 @@ and changes nothing in meta.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +17,10 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from zonesync import config
+from tests.support.private_env import private_dev_env
 from zonesync.capture import gtid, segments
 from zonesync.capture.checkpoints import CheckpointStore
-from zonesync.dev import env as dev_env
+from zonesync.dev import env as dev_stack
 from zonesync.dev import procs
 from zonesync.dev import replica as dev_replica
 from zonesync.meta import alerts
@@ -33,22 +32,11 @@ ZS = str(Path(sys.executable).parent / "zonesync")
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    base = procs.free_port_block(40)
-    env = {
-        **os.environ,
-        "ZONESYNC_STATE_DIR": str(tmp_path_factory.mktemp("failover") / "state"),
-        "ZONESYNC_BASE_PORT": str(base),
-        "ZONESYNC_KV_BASE_PORT": str(base + 5),
-        "ZONESYNC_WITH_AIRFLOW": "0",
-        "ZONESYNC_KAFKA_PARTITIONS": "2",
-        "ZONESYNC_APPLY_CHECK_OWNERS": "0",  # rows written as root in zone a, no rules
-    }
-    up = subprocess.run([ZS, "dev", "up", "--sample"], env=env, capture_output=True, text=True, timeout=300)
-    assert up.returncode == 0, up.stderr
-    cfg = config.load(env)
-    replica = dev_replica.start(cfg, "a", base + 30)
-    yield env, cfg, replica, dev_env.meta_config(cfg)
-    subprocess.run([ZS, "dev", "down"], env=env, capture_output=True, timeout=120)
+    state = tmp_path_factory.mktemp("failover") / "state"
+    # rows written as root in zone a, under no rules: the appliers check no owners
+    with private_dev_env(state, ports=40, partitions=2, ZONESYNC_APPLY_CHECK_OWNERS="0") as (env, cfg):
+        replica = dev_replica.start(cfg, "a", cfg.meta_port + 30)
+        yield env, cfg, replica, dev_stack.meta_config(cfg)
 
 
 def _zs(env, *args):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from zonesync import config
+from tests.support.private_env import private_dev_env
 from zonesync.dal import Guard, WriteRefused, ZoneDB
 from zonesync.dev import env as dev_env
 from zonesync.dev import procs
@@ -43,20 +43,8 @@ OWNED = {"a": range(0, 60), "b": range(400, 460), "c": range(800, 860)}
 
 @pytest.fixture
 def private_env(tmp_path):
-    base = procs.free_port_block(40)
-    env = {
-        **os.environ,
-        "ZONESYNC_STATE_DIR": str(tmp_path / "state"),
-        "ZONESYNC_BASE_PORT": str(base),
-        "ZONESYNC_KV_BASE_PORT": str(base + 5),  # the zones' Redis at base + 6..8
-        "ZONESYNC_WITH_AIRFLOW": "0",
-        "ZONESYNC_KAFKA_PARTITIONS": "4",
-    }
-    result = subprocess.run([ZS, "dev", "up", "--sample"], env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    cfg = config.load(env)
-    yield env, cfg
-    subprocess.run([ZS, "dev", "down"], env=env, capture_output=True, timeout=120)
+    with private_dev_env(tmp_path / "state", ports=40) as (env, cfg):
+        yield env, cfg
 
 
 class Writer(threading.Thread):

@@ -129,8 +129,8 @@ class Guard:
         try:
             with self._meta().cursor() as cur:
                 cur.execute("DELETE FROM guard_instances WHERE instance_id = %s", (self.instance_id,))
-        except (pymysql.err.Error, OSError):
-            pass  # killed-like exit: the registry will show it unhealthy
+        except (pymysql.err.Error, OSError, MetaError):
+            pass  # killed-like exit (meta unreachable too): the registry will show it unhealthy
         self._drop_meta()
         while not self._pool.empty():
             try:
