@@ -11,13 +11,11 @@ and changes nothing in meta.
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pymysql
 import pytest
 
-from tests.support.private_env import private_dev_env
+from tests.support.private_env import ZS, private_dev_env
 from zonesync.capture import gtid, segments
 from zonesync.capture.checkpoints import CheckpointStore
 from zonesync.dev import env as dev_stack
@@ -26,8 +24,6 @@ from zonesync.dev import replica as dev_replica
 from zonesync.meta import alerts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-ZS = str(Path(sys.executable).parent / "zonesync")
 
 
 @pytest.fixture(scope="module")

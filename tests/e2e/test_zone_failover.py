@@ -19,14 +19,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.private_env import private_dev_env
+from tests.support.private_env import ZS, private_dev_env
 from zonesync.dal import Guard, WriteRefused, ZoneDB
 from zonesync.dev import env as dev_env
 from zonesync.dev import procs
@@ -36,7 +35,6 @@ from zonesync.rules import load_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-ZS = str(Path(sys.executable).parent / "zonesync")
 REPO = Path(__file__).resolve().parents[2]
 OWNED = {"a": range(0, 60), "b": range(400, 460), "c": range(800, 860)}
 

@@ -389,11 +389,10 @@ class Replicator:
     def _on_gtid(self, s: PassState, ev, log_file: str):
         """A transaction begins: buffered from here to its commit (step 2), skipped whole
         when an applier wrote it (step 3)."""
-        gtid_text = getattr(ev, "gtid", None)
-        if gtid_text:
-            domain, server, seq = gtid_text.split("-")
-            s.gtid_read = (int(domain), int(server), int(seq))  # in the state once committed
-        gtid_id = str(gtid_text or f"{log_file}:{ev.packet.log_pos}")
+        seq = getattr(ev, "gtid_seq_no", None)  # (MariaDB's; the event has parsed them already)
+        if seq is not None:
+            s.gtid_read = (ev.domain_id, ev.server_id, seq)  # in the state once committed
+        gtid_id = str(getattr(ev, "gtid", None) or f"{log_file}:{ev.packet.log_pos}")
         txn = s.txn = Txn(gtid_id, bool(ev.packet.flags & SKIP_REPLICATION_FLAG))
         if gtid_id in self._large_txns:
             txn.total, txn.commit_ts = self._large_txns[gtid_id]

@@ -16,9 +16,11 @@ being read at positions that mean nothing there (replicator.py, step 1).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from zonesync.meta.db import MetaConfig
+from zonesync.runtime.endpoints import Endpoint
 
 COLUMNS = "segment, host, port, server_id, first_file, first_pos, gtid_pos, lsn_file_offset, lsn_floor, lost_gtids"
 
@@ -85,11 +87,12 @@ def insert(cur, seg: Segment, by: str) -> None:
     )  # fmt: skip
 
 
-def primary_address(meta: MetaConfig, zone: str) -> tuple[str, int] | None:
-    """Where the zone's primary is since its last promotion (None: never promoted, the
-    configured URL stands). Workers ask whenever they (re)connect."""
+def at_primary(meta: MetaConfig, zone: str, configured: Endpoint) -> Endpoint:
+    """The zone's configured Endpoint (its account) at the address of its last promotion;
+    as it is when never promoted. Workers and commands ask whenever they (re)connect.
+    Meta unreachable: raises (the caller decides)."""
     rows, _ = meta.run(
         "SELECT host, port FROM capture_segments WHERE zone = %s AND segment > 0 ORDER BY segment DESC LIMIT 1",
         (zone,),
     )
-    return (rows[0][0], int(rows[0][1])) if rows else None
+    return dataclasses.replace(configured, host=rows[0][0], port=int(rows[0][1])) if rows else configured

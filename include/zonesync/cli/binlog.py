@@ -95,12 +95,12 @@ def _purge_replica(args) -> int:
     from zonesync.capture.purge import safe_purge_replica
 
     prefix = "zonesync binlog safe-purge"
-    host, sep, port = args.replica.rpartition(":")
-    if not (sep and host and port.isdigit()):
+    where = common.host_port(args.replica)
+    if where is None:
         return common.fail(f"--replica: {args.replica!r}: give it as HOST:PORT, e.g. 10.0.0.8:3306", prefix)
     if args.to or args.before or args.older_than:
         return common.fail("--replica: takes no --to, --before or --older-than (it keeps what promotion needs)", prefix)
-    ep = dataclasses.replace(common.zone_endpoint(args.zone), host=host, port=int(port))
+    ep = dataclasses.replace(common.zone_endpoint(args.zone), host=where[0], port=where[1])
     try:
         conn = ep.connect(database="")
     except Exception as exc:  # noqa: BLE001 - unreachable: one line

@@ -24,6 +24,12 @@ def flag_error(refused: Exception, flags: dict[str, str]) -> str:
     return f"{flags.get(field, '--' + field.replace('_', '-'))}: {why}"
 
 
+def host_port(text: str) -> tuple[str, int] | None:
+    """'10.0.0.7:3306' -> ('10.0.0.7', 3306); None when it is not HOST:PORT."""
+    host, sep, port = text.rpartition(":")
+    return (host, int(port)) if sep and host and port.isdigit() and 0 < int(port) < 65536 else None
+
+
 def meta():
     """The meta store (ZONESYNC_META_URL)."""
     from zonesync.meta.db import MetaConfig

@@ -52,11 +52,6 @@ def _add(args) -> int:
     return 0
 
 
-def _address(text: str) -> tuple[str, int] | None:
-    host, sep, port = text.rpartition(":")
-    return (host, int(port)) if sep and host and port.isdigit() and 0 < int(port) < 65536 else None
-
-
 def _set_primary(args) -> int:
     from zonesync.capture.failover import FailoverRefused, promote
     from zonesync.capture.source import SourceDB, SourceSettings
@@ -66,7 +61,7 @@ def _set_primary(args) -> int:
     if len(args.command) != 3:
         return common.fail("name the zone and its new primary, e.g. `zonesync zones set-primary a 10.0.0.7:3306`",
                            prefix)  # fmt: skip
-    zone, where = args.command[1], _address(args.command[2])
+    zone, where = args.command[1], common.host_port(args.command[2])
     if zone not in common.zone_names():
         return common.fail(f"ZONE: {zone!r} is not a zone of ZONESYNC_ZONES ({', '.join(common.zone_names())})",
                            prefix)  # fmt: skip

@@ -9,18 +9,15 @@ from __future__ import annotations
 def primary_endpoint(zone: str):
     """The zone's Endpoint: its settings' account, at its primary now. Meta unreachable:
     the settings' address (a command that needs meta says so itself)."""
-    import dataclasses
-
-    from zonesync.capture.segments import primary_address
+    from zonesync.capture.segments import at_primary
     from zonesync.meta.db import MetaConfig
     from zonesync.runtime.endpoints import zone_endpoint
 
     ep = zone_endpoint(zone)
     try:
-        found = primary_address(MetaConfig.from_env(), zone)
+        return at_primary(MetaConfig.from_env(), zone, ep)
     except Exception:  # noqa: BLE001 - meta down or not set up
-        found = None
-    return ep if found is None else dataclasses.replace(ep, host=found[0], port=found[1])
+        return ep
 
 
 def zone_conn(zone: str):

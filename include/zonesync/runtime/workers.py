@@ -70,25 +70,26 @@ def parse_table_weights(text: str | None, source: str = "--table-weights") -> di
     return weights
 
 
-class PrimaryAddress:
-    """Where a zone's primary is now: its last promotion's address (capture/segments.py,
-    `zonesync zones set-primary`), else the configured one. Asked whenever a worker
-    (re)connects, so an applier follows a failover at its next pass; meta unreachable:
-    the last address known."""
+class PrimaryEndpoint:
+    """A zone's Endpoint where its primary is now: the configured one at its last
+    promotion's address (capture/segments.py, `zonesync zones set-primary`). Asked
+    whenever a worker (re)connects, so it follows a failover at its next pass; meta
+    unreachable: the last one known."""
 
-    def __init__(self, meta: MetaConfig, zone: str, configured: tuple[str, int]):
-        self.meta, self.zone, self.known = meta, zone, configured
+    def __init__(self, meta: MetaConfig, zone: str, configured):
+        self.meta, self.zone, self.configured, self.known = meta, zone, configured, configured
 
-    def __call__(self) -> tuple[str, int]:
-        from zonesync.capture.segments import primary_address
+    def __call__(self):
+        from zonesync.capture.segments import at_primary
 
+        log = logging.getLogger("zonesync.workers")
         try:
-            found = primary_address(self.meta, self.zone)
+            found = at_primary(self.meta, self.zone, self.configured)
         except Exception as exc:  # noqa: BLE001 - meta down: the last known address
-            logging.getLogger("zonesync.workers").warning("zone %s's primary: meta unreachable (%s)", self.zone, exc)
+            log.warning("zone %s's primary: meta unreachable (%s)", self.zone, exc)
             return self.known
-        if found is not None and found != self.known:
-            logging.getLogger("zonesync.workers").warning("zone %s's primary is %s:%s", self.zone, *found)
+        if (found.host, found.port) != (self.known.host, self.known.port):
+            log.warning("zone %s's primary is %s:%s", self.zone, found.host, found.port)
             self.known = found
         return self.known
 
@@ -109,11 +110,16 @@ def build_applier(
     cfg = config.load(env)
     sources = [z.name for z in cfg.zones if z.name != zone]
     meta = MetaConfig.from_env(env)
-    primary = PrimaryAddress(meta, zone, (ep.host, ep.port))
+    primary = PrimaryEndpoint(meta, zone, ep)
+
+    def writer() -> ZoneWriter:
+        at = primary()
+        return ZoneWriter(at.host, at.port, at.user, at.password, at.database)
+
     return Applier(
         zone=zone,
         sources=sources,
-        writer_factory=lambda: ZoneWriter(*primary(), ep.user, ep.password, ep.database),
+        writer_factory=writer,
         meta=meta,
         partitions=transport.partitions(env),
         settings=ApplierSettings(
@@ -147,10 +153,11 @@ def build_tagger(zone: str, env: dict | None = None):
     ep = zone_endpoint(zone, env)
     cfg = config.load(env)
     meta = MetaConfig.from_env(env)
-    primary = PrimaryAddress(meta, zone, (ep.host, ep.port))
+    primary = PrimaryEndpoint(meta, zone, ep)
 
     def connect():
-        return load_connection(*primary(), ep.user, ep.password, ep.database)
+        at = primary()
+        return load_connection(at.host, at.port, at.user, at.password, at.database)
 
     return Tagger(zone, [z.name for z in cfg.zones], connect, ep.database, meta, transport.partitions(env))
 
@@ -158,20 +165,12 @@ def build_tagger(zone: str, env: dict | None = None):
 def build_kv_tagger(zone: str, env: dict | None = None):
     """The KV tagger of `zone` (tagging/kv_tagger.py): its KV repos' change logs into its tag
     store, with the zone's applier account."""
-    import dataclasses
-
     from zonesync.runtime.kv_endpoint import kv_endpoint
     from zonesync.tagging.kv_tagger import KvTagger
 
-    ep = zone_endpoint(zone, env)
     meta = MetaConfig.from_env(env)
-    primary = PrimaryAddress(meta, zone, (ep.host, ep.port))
-
-    def connect(*args, **kwargs):
-        host, port = primary()
-        return dataclasses.replace(ep, host=host, port=port).connect(*args, **kwargs)
-
-    return KvTagger(zone, kv_endpoint(zone, env), connect, meta)
+    primary = PrimaryEndpoint(meta, zone, zone_endpoint(zone, env))
+    return KvTagger(zone, kv_endpoint(zone, env), lambda *a, **kw: primary().connect(*a, **kw), meta)
 
 
 def run_forever(worker) -> int:
