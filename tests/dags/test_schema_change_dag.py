@@ -18,8 +18,10 @@ from tests.support.background import wait_until
 from tests.support.drift import TABLE, drop_tables, fresh_tables, run_sql, writing
 from tests.support.replication import Cluster, reset_state
 from zonesync.apply.batch import table_holds
+from zonesync.console import runs as console_runs
 from zonesync.meta import schema_changes
 from zonesync.schema import definitions
+from zonesync.schema import runs as schema_runs
 
 pytestmark = [pytest.mark.dags, pytest.mark.integration, pytest.mark.slow]
 
@@ -69,8 +71,16 @@ def test_a_rename_begun_by_hand_is_rolled_through_and_the_holds_drain(mesh, zone
         run = dag.test(run_conf={"sql": f"ALTER TABLE {TABLE} RENAME COLUMN note TO memo", "reason": "dag test"})
         states = _states(run)
         assert run.state == "success", states  # (apply skipped a: the rename would fail there)
+        recorded = schema_runs.get(meta, run.run_id)
+        assert (recorded["status"], recorded["table"], sorted(recorded["drain"])) == ("succeeded", TABLE, ["b", "c"])
         wait_until(lambda: not any(table_holds.holds(mesh[z]) for z in ZONES), 30, "the holds drained")
     wait_until(lambda: _rows(mesh["b"]) == _rows(a) == _rows(mesh["c"]), 30, "every zone has a's rows")
+    # the console's runs: the change, and its drain (it outlives the run) drained now
+    listed = console_runs.recent(meta, "schema", 1, zone_conn=lambda z: zones[z].connect())["runs"][0]
+    assert (listed["run_id"], listed["phase"], listed["dag_id"]) == (run.run_id, "draining", "schema_change")
+    assert listed["what"] == f"ALTER TABLE {TABLE} RENAME COLUMN note TO memo in zones a, b, c", listed
+    drained = sum(recorded["drain"].values())
+    assert listed["progress"]["drained"] and listed["progress"]["done"] == listed["progress"]["total"] == drained
     assert len(_rows(a)) == len(written)
     shapes = {z: definitions.read(mesh[z], [TABLE]) for z in ZONES}
     assert all("memo" in shapes[z][TABLE].columns for z in ZONES) and definitions.diff(shapes) == []
@@ -93,7 +103,7 @@ def test_a_rename_rolled_through_while_a_writes_loses_and_mismaps_nothing(mesh, 
     assert len(_rows(a)) == len(written)
 
 
-def test_a_statement_one_zone_refuses_stops_there_and_resumes_nothing(mesh, dag):
+def test_a_statement_one_zone_refuses_stops_there_and_resumes_nothing(mesh, meta, dag):
     run_sql(mesh["c"], f"INSERT INTO zonesync_app.{TABLE} (id, qty) VALUES (1, 7), (2, 7)", logged=False)
     run = dag.test(run_conf={"sql": f"CREATE UNIQUE INDEX uq_qty ON {TABLE} (qty)", "reason": "dag test",
                              "zones": ["a", "b", "c"]})  # fmt: skip
@@ -101,6 +111,8 @@ def test_a_statement_one_zone_refuses_stops_there_and_resumes_nothing(mesh, dag)
     assert run.state == "failed", states
     assert states["apply"] == "failed" and states["resume"] == "upstream_failed", states
     assert states["report"] == "failed", states
+    recorded = schema_runs.get(meta, run.run_id)
+    assert (recorded["status"], recorded["phase"], recorded["drain"]) == ("failed", "applying", None), recorded
     unique = {z: definitions.read(mesh[z], [TABLE])[TABLE].unique_keys for z in ZONES}
     assert unique == {"a": {("qty",)}, "b": {("qty",)}, "c": set()}
 

@@ -172,3 +172,18 @@ def test_an_event_fits_a_held_table_by_its_columns_and_key():
     assert not shape.fits(E(new={"id": 1, "memo": "x"}))  # renamed at the source
     assert not shape.fits(E(new={"note": "x"}, pk={"note": "x"}))  # a required column missing, another key
     assert not shape.fits(E(new={"id": 1, "tenant": 2}, pk={"id": 1, "tenant": 2}))
+
+
+def test_a_drains_progress_counts_what_resume_found_and_what_is_left():
+    from zonesync.schema.runs import drain_progress
+
+    # b drained 300 of 400 in 10 s (30/s: 100 left, 3.3 s), c 50 of 100 (5/s: 50 left, 10 s)
+    p = drain_progress({"b": 400, "c": 100}, {"b": 100, "c": 50}, 10.0)
+    assert (p["done"], p["total"], p["drained"]) == (350, 500, False)
+    assert p["rate_rows_s"] == 35.0 and p["eta_s"] == 10.0  # the slowest zone's
+    stuck = drain_progress({"b": 400, "c": 100}, {"b": 100, "c": 100}, 10.0)
+    assert stuck["eta_s"] is None  # c has not moved: no ETA
+    grown = drain_progress({"b": 10}, {"b": 30}, 5.0)  # events parked after resume count as left
+    assert (grown["done"], grown["total"], grown["eta_s"]) == (0, 30, None)
+    done = drain_progress({"b": 400, "c": 0}, {"b": 0, "c": 0}, 4.0)
+    assert (done["done"], done["total"], done["drained"], done["eta_s"]) == (400, 400, True, 0.0)

@@ -86,6 +86,11 @@ def _status(run_id: str) -> int:
           f"{run.source_zone} -> {run.target_zone} ({run.mode})")  # fmt: skip
     print(f"  by {run.actor}: {run.reason}")
     print(f"  locating entities: {', '.join(f'{t} {i}' for t, i in run.les)}")
+    if run.status == "running":
+        from zonesync.console.access import zone_conn
+        from zonesync.console.migration_progress import progress, text
+
+        print(f"  progress: {text(progress(common.meta(), run, zone_conn))}")
     if run.window_ms is not None:
         print(f"  stop-write window: {run.window_ms:.0f} ms")
     if run.detail:

@@ -1,5 +1,6 @@
-"""`zonesync runs`: switches, copies, checks and migrations as one list, newest first, with
-the progress and ETA of the running ones (console.runs: what the console page shows).
+"""`zonesync runs`: switches, copies, checks, migrations, tag backfills and schema changes
+as one list, newest first, with the progress and ETA of the running ones (console.runs:
+what the console page shows).
 `zonesync health`: each zone and what keeps it from healthy (console.mesh)."""
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ def cmd_health(args) -> int:
 
 
 def register(sub) -> None:
-    r = sub.add_parser("runs", help="switches, copies, checks and migrations, newest first, with progress and ETA")
-    r.add_argument("--kind", choices=["switch", "copy", "check", "migration", "backfill"], help="only this kind")
+    r = sub.add_parser("runs", help="switches, copies, checks, migrations, backfills and schema changes, newest "
+                                           "first, with progress and ETA")  # fmt: skip
+    r.add_argument("--kind", choices=["switch", "copy", "check", "migration", "backfill", "schema"],
+                   help="only this kind")  # fmt: skip
     r.add_argument("--limit", type=int, default=20, help="runs per page (1..500)")
     r.add_argument("--before", help="the page after this one (the `older:` line of the page before), or a start time")
     r.add_argument("--json", action="store_true", help="print the page as the HTTP API returns it")

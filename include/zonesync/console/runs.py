@@ -1,13 +1,15 @@
-"""Switches, copies, checks, migrations and tag backfills as one list, newest first, with what the page
-and `zonesync runs` show of each: its state, what it moves or compares, its write-blocked
-(switch) or stop-write (migration) window, and, while it runs, its progress with rate and
-ETA.
+"""Switches, copies, checks, migrations, tag backfills and schema changes as one list,
+newest first, with what the page and `zonesync runs` show of each: its state, what it
+moves or compares, its write-blocked (switch) or stop-write (migration) window, and, while
+it runs, its progress with rate and ETA.
 
 One query reads a page of runs: each kind's newest `limit` before the cursor (by its
 created_at index), merged and cut to `limit`; the next page starts before the last run
 shown. Progress is read only for the running runs of the page, where their chunks are:
 a check's in meta, a backfill's in meta (written by its job after each wave), a copy's
-and a migration's stock copy in the target zone.
+in the target zone; a schema change's drain of its parked events in each zone (also once
+its run ended: schema/runs.py); a migration's over its whole run
+(console/migration_progress.py: its stage, the stage's chunks, the run's ETA).
 """
 
 from __future__ import annotations
@@ -20,10 +22,9 @@ from zonesync.check.report import as_done
 from zonesync.check.store import CheckStore
 from zonesync.copy import chunks
 from zonesync.meta.db import MetaConfig
-from zonesync.migrate.steps import stock_run_id
 
 DAGS = {"switch": "zone_switch", "copy": "full_copy", "check": "consistency_check", "migration": "le_migration",
-        "backfill": "tag_backfill"}  # fmt: skip
+        "backfill": "tag_backfill", "schema": "schema_change"}  # fmt: skip
 MAX_LIMIT = 500
 
 
@@ -41,13 +42,16 @@ _SELECT = {
     "copy": _select("copy", "copies", "source_zone", "target_zone",
                     "JSON_OBJECT('mode', mode, 'tables', JSON_COMPACT(tables_json))"),
     "check": _select("check", "checks", "NULL", "NULL",
-                     "JSON_OBJECT('zones', JSON_COMPACT(zones_json), 'tables', JSON_COMPACT(tables_json))"),
+                     "JSON_OBJECT('zones', JSON_COMPACT(zones_json), 'tables', JSON_COMPACT(tables_json), "
+                     "'docs', JSON_VALUE(summary_json, '$._expectations.data_docs'))"),
     "migration": _select("migration", "migrations", "source_zone", "target_zone",
                          "JSON_OBJECT('entity', CONCAT(be_type, ' ', be_id), 'mode', mode)",
                          "COALESCE(stop_published_at, stopped_at)", "lifted_at"),
     "backfill": _select("backfill", "backfills", "zone", "NULL", "JSON_OBJECT('tables', JSON_COMPACT(tables_json))",
                         who="'tag_backfill' AS actor, 'tag the rows older than their rule' AS reason",
                         dag_run="COALESCE(airflow_run_id, run_id)"),
+    "schema": _select("schema", "schema_runs", "NULL", "NULL",
+                      "JSON_OBJECT('statement', LEFT(statement, 300), 'zones', JSON_COMPACT(zones_json))"),
 }  # fmt: skip
 
 
@@ -95,7 +99,7 @@ def recent(meta: MetaConfig, kind: str | None = None, limit: int = 50, before: s
     rows, _ = meta.run(page, args * len(kinds))
     runs = [doc(row) for row in rows]
     for run in runs:
-        if run["status"] == "running":
+        if run["status"] == "running" or run["phase"] == "draining":  # a schema change's drain outlives its run
             run["progress"] = progress(meta, run, zone_conn)
     more = len(rows) == limit
     return {"runs": runs, "next_before": f"{runs[-1]['created_at']}|{runs[-1]['run_id']}" if more else None}
@@ -109,12 +113,15 @@ def doc(row: tuple) -> dict:
     """One run of the union as the API returns it (pure)."""
     kind, run_id, status, phase, created, finished, src, dst, facts, w0, w1, detail, actor, reason, dag_run = row
     window = (w1 - w0).total_seconds() * 1000 if w0 is not None and w1 is not None else None
+    facts = json.loads(facts)
+    check = f"/zonesync/api/v1/checks/{quote(run_id, safe='')}" if kind == "check" else None
     return {"kind": kind, "run_id": run_id, "status": status, "phase": phase,
-            "what": _what(kind, json.loads(facts), src, dst),
+            "what": _what(kind, facts, src, dst),
             "source_zone": src, "target_zone": dst, "window_ms": window, "detail": detail, "actor": actor,
             "reason": reason, "created_at": _iso(created), "finished_at": _iso(finished),
             "dag_id": DAGS[kind], "airflow_url": f"/dags/{DAGS[kind]}/runs/{quote(dag_run, safe='')}",
-            "progress": None}  # fmt: skip
+            "report_url": check and f"{check}?format=html",
+            "data_docs_url": check and facts.get("docs") and f"{check}/datadocs", "progress": None}  # fmt: skip
 
 
 def _what(kind: str, facts: dict, src, dst) -> str:
@@ -126,6 +133,8 @@ def _what(kind: str, facts: dict, src, dst) -> str:
         return f"zones {', '.join(facts['zones']) or 'all'}, tables {', '.join(facts['tables']) or 'all replicated'}"
     if kind == "backfill":
         return f"tags of zone {src}, tables {', '.join(facts['tables'])}"
+    if kind == "schema":
+        return f"{' '.join(facts['statement'].split())} in zones {', '.join(facts['zones'])}"
     return f"{facts['entity']} {src} -> {dst} ({facts['mode']})"
 
 
@@ -143,8 +152,16 @@ def progress(meta: MetaConfig, run: dict, zone_conn=None) -> dict | None:
 
         found = BackfillRuns(meta).get(run["run_id"])
         return None if found is None or not found["total"] else found
-    if run["kind"] in ("copy", "migration") and zone_conn is not None:
-        run_id = run["run_id"] if run["kind"] == "copy" else stock_run_id(run["run_id"])
+    if run["kind"] == "schema":
+        return _drain(meta, run["run_id"], zone_conn)
+    if run["kind"] == "migration":
+        from zonesync.console import migration_progress
+        from zonesync.migrate.store import MigrationStore
+
+        found = MigrationStore(meta).get(run["run_id"])
+        return None if found is None else migration_progress.progress(meta, found, zone_conn)
+    if run["kind"] == "copy" and zone_conn is not None:
+        run_id = run["run_id"]
         try:
             conn = zone_conn(run["target_zone"])
         except Exception:  # noqa: BLE001 - a zone out of reach: no progress shown, the rest of the page is
@@ -154,6 +171,21 @@ def progress(meta: MetaConfig, run: dict, zone_conn=None) -> dict | None:
         finally:
             conn.close()
     return None
+
+
+def _drain(meta: MetaConfig, run_id: str, zone_conn) -> dict | None:
+    """A schema change's drain of the events its holds parked (schema/runs.py)."""
+    from zonesync.schema import runs as schema_runs
+
+    found = schema_runs.get(meta, run_id)
+    if found is None or found["drain"] is None or zone_conn is None:
+        return None
+    try:
+        now = schema_runs.parked_now(zone_conn, list(found["drain"]), found["table"])
+    except Exception:  # noqa: BLE001 - a zone out of reach: no progress shown, the rest of the page is
+        return None
+    (clock,), _ = meta.run("SELECT NOW(6)")
+    return schema_runs.drain_progress(found["drain"], now, (clock[0] - found["resumed_at"]).total_seconds())
 
 
 def combine(tables: dict) -> dict | None:
@@ -173,8 +205,12 @@ def text(run: dict) -> str:
     if run["window_ms"] is not None:
         line += f"  window {run['window_ms']:.0f} ms"
     p = run.get("progress")
-    if p:
-        line += f"  {p['done']}/{p['total']} chunks"
+    if p and "stage" in p:
+        from zonesync.console.migration_progress import text as stage_text
+
+        line += f"  {stage_text(p)}"
+    elif p:
+        line += f"  {p['done']}/{p['total']} {p.get('unit', 'chunks')}"
         if p["eta_s"]:
             line += f", about {p['eta_s']:,.0f} s left"
     return f"{line}\n    {run['run_id']}  by {run['actor']}: {run['reason']}"

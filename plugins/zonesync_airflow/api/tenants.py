@@ -5,7 +5,7 @@
     POST /zonesync/api/v1/tenants/{tenant}/migrations   {"to": ZONE, "mode": "plan1", "reason": ...}:
                                                         the le_migration DAG triggered; its run id
     GET  /zonesync/api/v1/tenants/{tenant}/migrations   the tenant's migrations, newest first
-    GET  /zonesync/api/v1/migrations/{run_id}           one migration: step, stop-write window, result
+    GET  /zonesync/api/v1/migrations/{run_id}           one migration: step, progress and ETA, stop-write window, result
 
 A POST is checked against meta first (migrate.steps.movable: 400 naming the field, 404
 for an unknown tenant, 409 while it migrates; nothing triggered), then triggers the DAG
@@ -122,4 +122,10 @@ def migration_show(run_id: str) -> dict:
     if run is None:
         raise HTTPException(status_code=404, detail=f"unknown: no migration with run id {run_id!r} (refused before "
                             "preflight, or not started yet)")  # fmt: skip
-    return run.to_doc()
+    doc = run.to_doc()
+    if run.status == "running":  # its stage, the stage's chunks and the run's ETA
+        from zonesync.console.migration_progress import progress
+        from zonesync_airflow.api.auth import zone_conn
+
+        doc["progress"] = progress(meta(), run, zone_conn)
+    return doc

@@ -144,19 +144,32 @@ function drawLag(history, now) {
       el("td", {}, `${p.reported_s_ago} s ago${p.stale ? " (STALE)" : ""}`))));
 }
 
+function stageCell(p) {
+  // a migration: its stage of the run, the stage's chunks (stock copy, verify check), the run's ETA
+  const chunks = p.total ? `: ${p.done}/${p.total} chunks${p.rate_rows_s ? `, ${Math.round(p.rate_rows_s)} rows/s` : ""}` : "";
+  const pct = p.total ? Math.round((100 * p.done) / p.total) : p.stage_no ? Math.round((100 * (p.stage_no - 1)) / p.stages.length) : 0;
+  return el("td", { "data-progress": p.total ? `${p.done}/${p.total}` : "", "data-stage": p.stage },
+    el("span", { class: "bar" }, el("div", { style: `width:${pct}%` })),
+    ` stage ${p.stage_no || "-"}/${p.stages.length} ${p.stage}${chunks}`,
+    el("div", { class: "note", "data-eta": p.eta_s === null ? "" : String(Math.round(p.eta_s)) },
+      p.eta_s === null ? p.eta_note : `ETA ${seconds(p.eta_s)} (${p.eta_note})`));
+}
+
 function progressCell(run) {
   const p = run.progress;
   if (!p) return el("td", {}, run.status === "running" ? run.phase : "");
+  if (p.stage) return stageCell(p);
   const pct = p.total ? Math.round((100 * p.done) / p.total) : 0;
   return el("td", { "data-progress": `${p.done}/${p.total}` },
     el("span", { class: "bar" }, el("div", { style: `width:${pct}%` })),
-    ` ${p.done}/${p.total} chunks${p.rate_rows_s ? `, ${Math.round(p.rate_rows_s)} rows/s` : ""}${p.eta_s ? `, ETA ${seconds(p.eta_s)}` : ""}`);
+    ` ${p.done}/${p.total} ${p.unit || "chunks"}${p.drained ? " (drained)" : ""}${p.rate_rows_s ? `, ${Math.round(p.rate_rows_s)} ${p.unit === "events" ? "events" : "rows"}/s` : ""}${p.eta_s ? `, ETA ${seconds(p.eta_s)}` : ""}`);
 }
 
 function runRow(run) {
   const links = [el("a", { href: run.airflow_url, target: "_top" }, "Airflow run")];
-  if (run.kind === "check") {
-    links.push(" · ", el("a", { href: `${API}/checks/${encodeURIComponent(run.run_id)}?format=html`, target: "_blank" }, "report"));
+  if (run.report_url) links.push(" · ", el("a", { href: run.report_url, target: "_blank", "data-report": run.run_id }, "report"));
+  if (run.data_docs_url) {
+    links.push(" · ", el("a", { href: run.data_docs_url, target: "_blank", "data-docs": run.run_id }, "Data Docs"));
   }
   return el("tr", { "data-run": run.run_id, "data-kind": run.kind, "data-status": run.status },
     el("td", {}, run.created_at.slice(0, 19).replace("T", " ")),

@@ -19,8 +19,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from zonesync.apply.tools.progress import lag_report
-from zonesync.schema import steps
+from zonesync.schema import runs, steps
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
+from zonesync_airflow.operators.actor import run_actor
 from zonesync_airflow.operators.switch import ZoneConnections
 from zonesync_airflow.operators.task_states import failed_tasks
 
@@ -59,6 +60,8 @@ class SchemaChangeStepOperator(BaseOperator):
         try:
             if self.step == "preflight":
                 plan = steps.preflight(ctx, lambda zones: _lag(ctx.meta, zones))
+                runs.start(ctx.meta, ctx.run_id, plan["table"], ctx.request.statement, plan["zones"],
+                           ctx.request.reason, run_actor(context["dag_run"]))  # fmt: skip
                 self.log.info("schema change of %s in zones %s: %s (%s)", plan["table"], ", ".join(plan["zones"]),
                               ctx.request.statement, ctx.request.reason)  # fmt: skip
                 return plan
@@ -72,6 +75,7 @@ class SchemaChangeStepOperator(BaseOperator):
 
     def _apply(self, ctx, plan, context) -> dict:
         done = {}
+        runs.phase(ctx.meta, ctx.run_id, "applying")
         for zone in ctx.request.zones:  # in the request's order; a retry skips the zones done
             done[zone] = steps.apply(ctx, zone, plan["table"], plan["wanted"])
             self.log.info("zone %s: %s", zone, done[zone])
@@ -79,11 +83,16 @@ class SchemaChangeStepOperator(BaseOperator):
 
     def _verify(self, ctx, plan, context) -> str:
         steps.verify(ctx, plan["table"], plan["wanted"])
+        runs.phase(ctx.meta, ctx.run_id, "verified")
         return f"{plan['table']} is the same in zones {', '.join(ctx.request.zones)}"
 
     def _resume(self, ctx, plan, context) -> list[str]:
         resumed = steps.resume(ctx, plan["table"])
         self.log.info("holds of %s set draining in: %s", plan["table"], ", ".join(resumed) or "no zone")
+        if resumed:  # the drain's progress: `zonesync runs`, the console
+            parked = runs.parked_now(ctx.zone_conn, resumed, plan["table"])
+            runs.draining(ctx.meta, ctx.run_id, parked)
+            self.log.info("events parked at resume: %s", ", ".join(f"{z} {n}" for z, n in parked.items()))
         return resumed
 
     def _report(self, ctx, plan, context) -> dict:
@@ -94,11 +103,12 @@ class SchemaChangeStepOperator(BaseOperator):
                       ", ".join(left) or "none")  # fmt: skip
         failed = failed_tasks(context, [t for t in self.dag.task_ids if t != self.task_id])  # every step before it
         if failed:
-            raise AirflowFailException(
-                f"{', '.join(failed)} failed: {plan['table']} has the change in zone(s) {', '.join(done) or 'none'} "
-                f"and not in {', '.join(left) or 'none'}; the holds were not resumed. Fix the cause and run it again "
-                "(zones done are skipped)"
-            )
+            why = (f"{', '.join(failed)} failed: {plan['table']} has the change in zone(s) "
+                   f"{', '.join(done) or 'none'} and not in {', '.join(left) or 'none'}; the holds were not resumed. "
+                   "Fix the cause and run it again (zones done are skipped)")  # fmt: skip
+            runs.finish(ctx.meta, ctx.run_id, runs.FAILED, why)
+            raise AirflowFailException(why)
+        runs.finish(ctx.meta, ctx.run_id, runs.SUCCEEDED, f"{plan['table']} changed in zone(s) {', '.join(done)}")
         return {"changed": done, "unchanged": left}
 
 
