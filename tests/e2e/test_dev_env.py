@@ -219,8 +219,27 @@ def _zonesync_http_api(env) -> None:
     for path in ("/zonesync/api/v1/runs", "/zonesync/api/v1/zones", "/zonesync/api/v1/openapi.json"):
         assert api._raw("GET", path, auth=False)[0] == 401, path  # the console's reads too
     assert api._raw("GET", "/zonesync/api/v1/openapi.json")[1]["paths"]["/api/v1/switches"]["post"]
+    _viewer_reads_only(env)
     _tenant_migrations(env, api)
     _console_page(env, api, password)
+
+
+def _viewer_reads_only(env) -> None:
+    """The dev env's `viewer` (the simple auth manager's viewer role) reads, and is refused
+    the operator actions (403 naming the permission) and a switch (by Airflow itself)."""
+    from zonesync.airflow_api import AirflowApi
+
+    password = json.loads((Path(env["ZONESYNC_STATE_DIR"]) / "airflow" / "passwords.json").read_text())["viewer"]
+    viewer = AirflowApi(f"http://127.0.0.1:{env['ZONESYNC_AIRFLOW_PORT']}", "viewer", password, timeout=60)
+    for path in ("/zonesync/api/v1/alerts", "/zonesync/api/v1/zones", "/zonesync/api/v1/entities/chat/9001"):
+        assert viewer._raw("GET", path)[0] == 200, path
+    status, doc = viewer._raw("POST", "/zonesync/api/v1/alerts/1/ack")
+    assert status == 403 and "edit rights on Airflow connection 'zonesync_meta'" in doc["detail"], doc
+    status, doc = viewer._raw("POST", "/zonesync/api/v1/locks/b", {"table": "tenants", "pk": "[1]", "reason": "e2e"})
+    assert status == 403 and "'zonesync_zone_b'" in doc["detail"], doc
+    status, doc = viewer._raw("POST", "/zonesync/api/v1/switches", {"zsids": "0-99", "from_zone": "a", "to_zone": "b",
+                                                                    "reason": "e2e: a viewer"})  # fmt: skip
+    assert status == 403 and "airflow refused the run" in doc["detail"], doc
 
 
 def _tenant_migrations(env, api) -> None:

@@ -30,6 +30,8 @@ from zonesync.dev import procs
 
 PROCESSES = ("api-server", "scheduler", "dag-processor", "triggerer")
 ADMIN_USER = "admin"
+# and a read-only user, to try Airflow's roles on zonesync's HTTP API (docs/console.md)
+VIEWER_USER = "viewer"
 
 
 def venv_bin() -> Path:
@@ -136,6 +138,7 @@ def environment(cfg: EnvConfig, base: dict | None = None) -> dict:
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{cfg.airflow_port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{cfg.airflow_port}/execution/",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin,{VIEWER_USER}:viewer",
             "AIRFLOW__API_AUTH__JWT_SECRET": _secret(home / ".jwt_secret"),
             "AIRFLOW__API__SECRET_KEY": _secret(home / ".api_secret"),
             "AIRFLOW__CORE__FERNET_KEY": _fernet_key(home / ".fernet_key"),

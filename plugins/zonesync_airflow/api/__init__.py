@@ -20,12 +20,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from zonesync_airflow.api import actions, page, reads, tenants
-from zonesync_airflow.api.auth import airflow_user
+from zonesync_airflow.api.auth import may_read
 
 # no /docs, /redoc or /openapi.json at the app's root: Airflow would serve them to anyone
 app = FastAPI(title="zonesync", version="1", description="zonesync's mesh, runs and tenants, under Airflow's auth",
               docs_url=None, redoc_url=None, openapi_url=None)  # fmt: skip
-v1 = APIRouter(prefix="/api/v1", dependencies=[Depends(airflow_user)])
+# every route: a signed-in user with read access (auth.py); operator actions add theirs (actions.py)
+v1 = APIRouter(prefix="/api/v1", dependencies=[Depends(may_read)])
 for part in (tenants, reads, actions):
     v1.include_router(part.routes)
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import quote
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from zonesync_airflow.api.auth import bad, meta, trigger, zone_conn, zones
+from zonesync_airflow.api.auth import bad, may_ack, may_lock, may_resolve, meta, trigger, zone_conn, zones
 
 routes = APIRouter()
 ZONE = Field(min_length=1, max_length=16)
@@ -101,7 +101,7 @@ async def check_start(body: CheckBody, request: Request) -> dict:
     return await _start(request, "consistency_check", check_conf, body, "runs?kind=check")
 
 
-@routes.post("/alerts/{alert_id}/ack")
+@routes.post("/alerts/{alert_id}/ack", dependencies=[Depends(may_ack)])
 async def alert_ack(alert_id: int) -> dict:
     from zonesync.meta import alerts
 
@@ -131,7 +131,7 @@ async def _known_zone(zone: str) -> list[str]:
     return names
 
 
-@routes.post("/locks/{zone}")
+@routes.post("/locks/{zone}", dependencies=[Depends(may_lock)])
 async def lock_add(zone: str, body: LockBody) -> dict:
     """As `zonesync locks add`: the row's changes are held from now on (409 if locked already)."""
     from zonesync.console import locks
@@ -147,7 +147,7 @@ async def lock_add(zone: str, body: LockBody) -> dict:
     return {"zone": zone, "locked": True, "detail": done["line"]}
 
 
-@routes.post("/locks/{zone}/resolve")
+@routes.post("/locks/{zone}/resolve", dependencies=[Depends(may_resolve)])
 async def lock_resolve(zone: str, body: ResolveBody) -> dict:
     """As `zonesync locks resolve` (404 if the row was not locked; 409 if its held changes
     are gone from the broker, or a released change locked it again)."""

@@ -1,11 +1,32 @@
-"""What every route of zonesync's HTTP API shares: Airflow's authentication, meta, the
-zones, and triggering a DAG as the caller.
+"""What every route of zonesync's HTTP API shares: Airflow's authentication and roles,
+meta, the zones, and triggering a DAG as the caller.
 
 Airflow does not authenticate a plugin's FastAPI app (it is mounted, and a mount inherits
 none of the core API's dependencies), so every route depends on Airflow's `get_user`
 (through `airflow_user`): the same JWT as Airflow's REST API (`POST /auth/token`, or the
 UI's `_token` session cookie); a call without a valid one is refused (401 without a
 token, 403 with a bad one).
+
+Roles are the configured auth manager's, asked as Airflow's core API asks it
+(security.py's `requires_access_*`), by the dependencies below; a refusal is 403 with one
+line naming the permission missing:
+
+- `may_read` (every route, the API's router): read access to the plugin's custom view
+  `zonesync` (`is_authorized_custom_view`, the auth manager's check for a plugin's own
+  views). The simple auth manager grants it to every role from viewer up; FAB and
+  Keycloak to whom their admin grants resource `zonesync`.
+- `may_ack`, `may_lock`, `may_resolve` (operator actions): they write to production
+  directly, outside any DAG run (meta's alerts; a zone's locked rows, a resolve with
+  `drop_held` discarding the held changes), with zonesync's own database accounts. They
+  need edit rights on the Airflow connection they write through (`zonesync_meta`,
+  `zonesync_zone_<zone>`): whoever may change those credentials may already do anything
+  they allow, so the action grants nothing more, and a viewer, or a user who may only
+  run DAGs, may not. Under the simple auth manager (and FAB) that is the op and admin
+  roles.
+- Starting a run (switches, copies, checks, migrations) needs `may_read` here; Airflow's
+  own REST API then checks the caller may trigger that DAG (`trigger`).
+
+Airflow's multi-team mode is not consulted (zonesync's zones belong to no team).
 """
 
 from __future__ import annotations
@@ -25,6 +46,45 @@ async def airflow_user(request: Request, bearer: HTTPAuthorizationCredentials | 
     from airflow.api_fastapi.core_api.security import get_user
 
     return await get_user(request, None, bearer)
+
+
+READ_VIEW = "zonesync"
+
+
+def _auth_manager():
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return get_auth_manager()
+
+
+def _refuse(what: str, needs: str):
+    return HTTPException(status_code=403, detail=f"forbidden: {what} needs {needs}")
+
+
+def may_read(user=Depends(airflow_user)) -> None:
+    """Read access to the custom view `zonesync` (sync: an auth manager may ask a server)."""
+    if not _auth_manager().is_authorized_custom_view(method="GET", resource_name=READ_VIEW, user=user):
+        raise _refuse("reading zonesync", f"read access to Airflow's custom view {READ_VIEW!r}")
+
+
+def operator_action(what: str, conn_id: str):
+    """A dependency: the caller may edit Airflow connection `conn_id` (formatted with the
+    route's path parameters, as `zonesync_zone_{zone}`), else 403 naming it."""
+
+    def check(request: Request, user=Depends(airflow_user)) -> None:
+        from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
+
+        conn = conn_id.format(**request.path_params)
+        if not _auth_manager().is_authorized_connection(method="PUT", details=ConnectionDetails(conn_id=conn),
+                                                        user=user):  # fmt: skip
+            raise _refuse(what, f"edit rights on Airflow connection {conn!r} (Airflow's op or admin role)")
+
+    return check
+
+
+may_ack = operator_action("acknowledging an alert", "zonesync_meta")
+may_lock = operator_action("locking a row", "zonesync_zone_{zone}")
+may_resolve = operator_action("resolving a locked row", "zonesync_zone_{zone}")
 
 
 def meta():
