@@ -321,6 +321,7 @@ def _console_page(env, api, password: str) -> None:
             browser.screenshot(pg, "console-after-switch")
     finally:
         os.kill(applier_b, signal.SIGCONT)
+    _console_progress_lock_alert(env, api, password)
 
 
 def _write_through_a_guard(env, name: str) -> None:
@@ -362,3 +363,236 @@ def _page_matches_api(pg, api, run_id: str) -> None:
     )
     row = pg.locator(f'tr[data-run="{run_id}"]')
     assert run["what"] in row.inner_text() and row.get_attribute("data-kind") == "switch"
+
+
+# the console page with a check held mid-way, a locked row and an alert resolved through its buttons
+ORDERS_FROM = 9_000_000  # tenant 300's orders added for the check (zone a owns ZSIDs 100-399)
+CHECK_ORDERS = 20_000  # with the sample's 1,800: about 218 chunks of 100 rows, one per wave
+MAX_LAG_S = 2.0
+
+
+def _console_progress_lock_alert(env, api, password: str) -> None:
+    """The page again, in a new headless Chromium: a running consistency check held mid-way
+    by its throttle, its progress bar, rate and ETA as the API reports them; then a row
+    locked by a real mismatch (its `row_locked` alert shown with the command that resolves
+    it, the locks table's) and a row locked by `POST /locks/b`, both resolved by their
+    *resolve* buttons, and the alert acknowledged by its button. Screenshots in
+    build/test-artifacts/ (console-check-held, console-lock-and-alert, console-lock-resolved,
+    console-alert-acknowledged)."""
+    from tests.support import browser
+
+    base = f"http://127.0.0.1:{env['ZONESYNC_AIRFLOW_PORT']}"
+    with browser.page() as pg:
+        browser.sign_in(pg, base, "/zonesync/console/", "admin", password)
+        pg.wait_for_selector("body[data-loaded]", timeout=60_000)
+        _check_held_by_its_throttle(env, api, pg, base)
+        _lock_and_alert_resolved_by_buttons(env, api, pg, base)
+
+
+def _started_guard(env, zone: str = "a"):
+    """A guard of `zone` for the test's writes (an application's, through its guard); close() it."""
+    from zonesync.dal import Guard, ZoneDB
+    from zonesync.meta.db import MetaConfig
+
+    port = int(env["ZONESYNC_BASE_PORT"]) + 1 + "abc".index(zone)
+    guard = Guard(MetaConfig.from_env(env), zone, ZoneDB("127.0.0.1", port, "root", "", "zonesync_app"), period=0.5)
+    return guard.start()
+
+
+def _zone_db(env, zone: str, autocommit: bool = True):
+    import pymysql
+
+    port = int(env["ZONESYNC_BASE_PORT"]) + 1 + "abc".index(zone)
+    return pymysql.connect(host="127.0.0.1", port=port, user="root", database="zonesync_app", autocommit=autocommit)
+
+
+def _one(env, zone: str, sql: str, args=()):
+    conn = _zone_db(env, zone)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            row = cur.fetchone()
+        return None if row is None else row[0] if len(row) == 1 else row
+    finally:
+        conn.close()
+
+
+def _run(api, kind: str, run_id: str) -> dict | None:
+    runs = api._raw("GET", f"/zonesync/api/v1/runs?kind={kind}&limit=10")[1]["runs"]
+    return next((r for r in runs if r["run_id"] == run_id), None)
+
+
+def _js_seconds(s: float) -> str:
+    """console.js seconds(): how the page writes a duration."""
+    import math
+
+    if s < 1:
+        return f"{math.floor(s * 1000 + 0.5)} ms"
+    return f"{s:.1f} s" if s < 120 else f"{math.floor(s / 60 + 0.5)} min"
+
+
+def _check_held_by_its_throttle(env, api, pg, base: str) -> None:
+    """A check of `orders` in chunks of 100 rows, one per wave, that waits between waves while
+    a zone lags more than 2 s (`max_lag_s`), started by `POST /checks`. Once it has
+    checksummed a few chunks, zone b lags for real: an order is locked in b by a transaction
+    left open, and a's update of 400 orders (that one among them) reaches b's applier as
+    one round (b's applier stopped while a commits it, so the round is read whole and goes to
+    the applier's workers): one worker waits on the lock while the applier goes on reporting
+    a -> b more and more seconds behind. The check stops between two waves, running, its
+    progress, rate and ETA standing still; the page shows exactly that. Released, b catches
+    up and the check ends green."""
+    from tests.support import browser
+
+    updated = "SELECT COUNT(*) FROM orders WHERE order_id BETWEEN %s AND %s AND amount < 0"
+    mine = (ORDERS_FROM + 1, ORDERS_FROM + 400)
+    guard = _started_guard(env)
+    try:  # tenant 300's orders, through zone a's guard, in transactions well within the rules' deadline
+        for start in range(1, CHECK_ORDERS + 1, 250):
+            with guard.transaction() as tx:
+                for i in range(start, min(start + 250, CHECK_ORDERS + 1)):
+                    tx.insert("orders", {"order_id": ORDERS_FROM + i, "tenant_id": 300, "amount": i})
+        added = "SELECT COUNT(*) FROM orders WHERE order_id > %s"
+        assert procs.wait_until(lambda: all(_one(env, z, added, (ORDERS_FROM,)) == CHECK_ORDERS for z in "abc"), 180)
+        body = {"tables": ["orders"], "chunk_rows": 100, "parallel": 1, "rows": False, "max_lag_s": MAX_LAG_S,
+                "reason": "e2e: the console shows a check held by lag"}  # fmt: skip
+        status, doc = api._raw("POST", "/zonesync/api/v1/checks", body)
+        assert status == 202 and doc["dag_id"] == "consistency_check", doc
+        run_id = doc["run_id"]
+
+        def chunks_done(n: int) -> bool:
+            run = _run(api, "check", run_id)
+            return bool(run and run["progress"] and run["progress"]["done"] >= n)
+
+        assert procs.wait_until(lambda: chunks_done(3), 300, interval=0.5), _run(api, "check", run_id)
+        blocker = _zone_db(env, "b", autocommit=False)
+        applier_b = _pids(env)["applier-b"]
+        try:
+            with blocker.cursor() as cur:  # b's applier will wait on this row
+                cur.execute("SELECT amount FROM orders WHERE order_id = %s FOR UPDATE", (ORDERS_FROM + 1,))
+            os.kill(applier_b, signal.SIGSTOP)
+            try:
+                with guard.transaction() as tx:
+                    for i in range(1, 401):
+                        tx.update("orders", {"order_id": ORDERS_FROM + i}, {"amount": -i})
+                assert procs.wait_until(lambda: _one(env, "c", updated, mine) == 400, 60), "published: c has it"
+            finally:
+                os.kill(applier_b, signal.SIGCONT)
+
+            def b_lags() -> bool:
+                pairs = api._raw("GET", "/zonesync/api/v1/lag")[1]["pairs"]
+                return any((p["source"], p["target"]) == ("a", "b") and not p["stale"]
+                           and p["behind_seconds"] > MAX_LAG_S for p in pairs)  # fmt: skip
+
+            assert procs.wait_until(b_lags, 30, interval=0.5), api._raw("GET", "/zonesync/api/v1/lag")[1]
+            last: dict = {}
+
+            def held() -> bool:  # b lags and the check's chunks have not moved for 5 s
+                p = _run(api, "check", run_id)["progress"]
+                if last.get("at") != (p["done"], p["total"]):
+                    last.update(at=(p["done"], p["total"]), since=time.monotonic())
+                return time.monotonic() - last["since"] >= 5 and b_lags()
+
+            assert procs.wait_until(held, 40, interval=0.5), (last, _run(api, "check", run_id))
+            run = _run(api, "check", run_id)
+            p = run["progress"]
+            assert run["status"] == "running" and 3 <= p["done"] < p["total"], run
+            assert p["rate_rows_s"] and p["eta_s"], p  # the latest stretch's pace; what is left at it
+            pg.goto(base + "/zonesync/console/")
+            pg.wait_for_selector("body[data-loaded]", timeout=60_000)
+            cell = pg.locator(f'tr[data-run="{run_id}"] td[data-progress]')
+            assert cell.get_attribute("data-progress") == f"{p['done']}/{p['total']}"
+            pct = int(100 * p["done"] / p["total"] + 0.5)
+            assert cell.locator(".bar > div").get_attribute("style") == f"width:{pct}%"
+            shown = cell.inner_text()
+            assert f"{int(p['rate_rows_s'] + 0.5)} rows/s" in shown and f"ETA {_js_seconds(p['eta_s'])}" in shown, (
+                shown, p)  # fmt: skip
+            assert pg.locator(f'tr[data-run="{run_id}"]').get_attribute("data-status") == "running"
+            browser.screenshot(pg, "console-check-held")
+            assert _run(api, "check", run_id)["progress"]["done"] == p["done"], "still held while the page was read"
+        finally:
+            blocker.rollback()
+            blocker.close()
+            os.kill(applier_b, signal.SIGCONT)
+    finally:
+        guard.close()
+    assert api.follow("consistency_check", run_id, timeout=600) == "success"
+    assert _run(api, "check", run_id)["status"] == "succeeded"
+    assert _one(env, "b", updated, mine) == 400
+
+
+def _lock_and_alert_resolved_by_buttons(env, api, pg, base: str) -> None:
+    """Tenant T (zone a's) changed in zone b behind its applier's back, then updated in a:
+    b locks the row and raises `row_locked`. Order ORDERS_FROM + 1 locked by hand (`POST
+    /locks/b`). The page lists both locks with their commands and the alert with the
+    command that resolves it (the tenant lock's); each *resolve* button (its confirm
+    accepted) unlocks its row, b's tenant row becomes a's, and *acknowledge* closes the
+    alert: gone from the API and the page."""
+    from tests.support import browser
+
+    conn = _zone_db(env, "a")
+    with conn.cursor() as cur:
+        cur.execute("SELECT tenant_id FROM tenants WHERE tenant_id BETWEEN 300 AND 399")
+        tenant = min(set(range(300, 400)) - {row[0] for row in cur.fetchall()})  # a new tenant of zone a
+    conn.close()
+    guard = _started_guard(env)
+    try:
+        with guard.transaction() as tx:
+            tx.insert("tenants", {"tenant_id": tenant, "name": "e2e v1"})
+        name = "SELECT name FROM tenants WHERE tenant_id = %s"
+        assert procs.wait_until(lambda: _one(env, "b", name, (tenant,)) == "e2e v1", 60)
+        tamper = _zone_db(env, "b")
+        try:  # an edit in b that is not replicated: b's row no longer is what a's next event says it was
+            with tamper.cursor() as cur:
+                cur.execute("SET SESSION skip_replication = 1")
+                cur.execute("UPDATE tenants SET name = 'edited in b' WHERE tenant_id = %s", (tenant,))
+        finally:
+            tamper.close()
+        with guard.transaction() as tx:
+            tx.update("tenants", {"tenant_id": tenant}, {"name": "e2e v2"})
+    finally:
+        guard.close()
+
+    def the_alert() -> dict | None:
+        return next((a for a in api._raw("GET", "/zonesync/api/v1/alerts?limit=1000")[1]["alerts"]
+                     if (a["zone"], a["kind"]) == ("b", "row_locked") and a["detail"].get("table") == "tenants"
+                     and a["detail"].get("pk") == f"[{tenant}]"), None)  # fmt: skip
+
+    assert procs.wait_until(the_alert, 60, interval=0.5), api._raw("GET", "/zonesync/api/v1/alerts")[1]
+    alert = the_alert()
+    by_hand = {"table": "orders", "pk": f"[{ORDERS_FROM + 1}]", "reason": "e2e: held by hand"}
+    status, doc = api._raw("POST", "/zonesync/api/v1/locks/b", by_hand)
+    assert status == 200, doc
+    zones = api._raw("GET", "/zonesync/api/v1/locks")[1]["zones"]
+    locked = {f"b:{lk['table']}:{json.dumps(lk['pk'])}": lk["resolve"] for z in zones if z["zone"] == "b"
+              for lk in z["locks"]}  # fmt: skip
+    keys = [f"b:tenants:[{tenant}]", f"b:orders:[{ORDERS_FROM + 1}]"]
+    assert set(keys) <= set(locked), locked
+    command = f"zonesync locks resolve --zone b --table tenants --pk '[{tenant}]'"
+    assert alert["resolve"] == locked[keys[0]] == command, (alert, locked)
+
+    pg.goto(base + "/zonesync/console/")
+    pg.wait_for_selector("body[data-loaded]", timeout=60_000)
+    for key in keys:
+        assert pg.locator(f'tr[data-lock="{key}"] code').inner_text() == locked[key]
+    row = pg.locator(f'tr[data-alert="{alert["id"]}"]')
+    assert row.get_attribute("data-kind") == "row_locked"
+    assert row.locator(f'code[data-alert-resolve="{alert["id"]}"]').inner_text() == command
+    assert row.locator(f'[data-alert-hint="{alert["id"]}"]').inner_text() == alert["hint"]
+    browser.screenshot(pg, "console-lock-and-alert")
+
+    pg.on("dialog", lambda dialog: dialog.accept())  # the buttons' window.confirm
+    for key in keys:
+        pg.locator(f'button[data-resolve="{key}"]').click()
+        pg.locator(f'tr[data-lock="{key}"]').wait_for(state="detached", timeout=60_000)
+    left = [f"b:{lk['table']}:{json.dumps(lk['pk'])}" for z in api._raw("GET", "/zonesync/api/v1/locks")[1]["zones"]
+            for lk in z["locks"] if z["zone"] == "b"]  # fmt: skip
+    assert not set(keys) & set(left), left
+    tenant_row = "SELECT name, _zs_origin, _zs_version FROM tenants WHERE tenant_id = %s"
+    assert _one(env, "b", tenant_row, (tenant,)) == _one(env, "a", tenant_row, (tenant,)), "b took a's current row"
+    assert pg.locator(f'tr[data-alert="{alert["id"]}"]').count() == 1, "resolving a lock leaves its alert open"
+    browser.screenshot(pg, "console-lock-resolved")
+
+    pg.locator(f'button[data-ack="{alert["id"]}"]').click()
+    pg.locator(f'tr[data-alert="{alert["id"]}"]').wait_for(state="detached", timeout=60_000)
+    assert alert["id"] not in [a["id"] for a in api._raw("GET", "/zonesync/api/v1/alerts?limit=1000")[1]["alerts"]]
+    browser.screenshot(pg, "console-alert-acknowledged")

@@ -45,6 +45,7 @@ def cmd_lag(args) -> int:
 
 
 def cmd_alerts(args) -> int:
+    from zonesync.console import alert_help
     from zonesync.meta import alerts
 
     if args.ack:
@@ -52,8 +53,11 @@ def cmd_alerts(args) -> int:
         print(f"alert {args.ack} acknowledged" if found else f"no alert {args.ack}")
         return 0
     rows = alerts.open_alerts(common.meta(), limit=10_000)
-    for a in rows:
+    for a in alert_help.annotate(rows, common.zone_names()):  # each with what settles it
         print(f"#{a['id']} {a['at'][:26].replace('T', ' ')} zone {a['zone']} {a['kind']}: {json.dumps(a['detail'])}")
+        if a["resolve"]:
+            print(f"    resolve: {a['resolve']}")
+        print(f"    {a['hint']} ({a['doc']})")
     if not rows:
         print("no open alerts")
     return 1 if rows else 0
@@ -179,6 +183,6 @@ def register(sub) -> None:
     )
     rp.add_argument("--partitions", type=int, required=True, help="the new partition count")
     rp.set_defaults(func=cmd_repartition)
-    al = sub.add_parser("alerts", help="open alerts (halted partitions, locked rows); --ack ID")
+    al = sub.add_parser("alerts", help="open alerts (halted partitions, locked rows) and what resolves each; --ack ID")
     al.add_argument("--ack", type=int)
     al.set_defaults(func=cmd_alerts)

@@ -94,6 +94,10 @@ async def locks() -> dict:
 
 @routes.get("/alerts")
 async def open_alerts(limit: int = Query(100, ge=1, le=1000)) -> dict:
+    from zonesync.console import alert_help
     from zonesync.meta import alerts
 
-    return {"alerts": await asyncio.to_thread(alerts.open_alerts, meta(), limit)}
+    def listed() -> list[dict]:  # each with the command that resolves it, a hint and its docs section
+        return alert_help.annotate(alerts.open_alerts(meta(), limit), zones())
+
+    return {"alerts": await asyncio.to_thread(listed)}

@@ -212,6 +212,13 @@ function drawLocks(locks) {
       el("td", {}, l.reason), el("td", {}, el("code", {}, l.resolve), " ", resolveButton(z.zone, l))))));
 }
 
+function alertHelp(a) {
+  // what settles the alert (console/alert_help.py): its command, filled in, or the runbook step
+  return el("div", { class: "alert-help", "data-alert-help": a.id },
+    ...(a.resolve ? [el("code", { "data-alert-resolve": a.id }, a.resolve), el("br")] : []),
+    el("span", { "data-alert-hint": a.id }, a.hint), " ", el("span", { class: "alert-doc" }, `(${a.doc})`));
+}
+
 function drawAlerts(alerts) {
   document.querySelector("#alerts tbody").replaceChildren(...alerts.alerts.map((a) => {
     const ack = el("button", { "data-ack": a.id }, "acknowledge");
@@ -219,8 +226,9 @@ function drawAlerts(alerts) {
       const resp = await post(`/alerts/${a.id}/ack`);
       if (resp.ok) refresh(); else showError(`ack ${a.id}: ${resp.status}`);
     });
-    return el("tr", { "data-alert": a.id }, el("td", {}, a.id), el("td", {}, a.at.slice(0, 19).replace("T", " ")),
-      el("td", {}, a.zone), el("td", {}, a.kind), el("td", {}, JSON.stringify(a.detail)), el("td", {}, ack));
+    return el("tr", { "data-alert": a.id, "data-kind": a.kind }, el("td", {}, a.id),
+      el("td", {}, a.at.slice(0, 19).replace("T", " ")), el("td", {}, a.zone), el("td", {}, a.kind),
+      el("td", {}, alertHelp(a), el("div", { class: "alert-detail" }, JSON.stringify(a.detail))), el("td", {}, ack));
   }));
 }
 
