@@ -44,7 +44,7 @@ def stages(mode: str) -> tuple[str, ...]:
 
 
 def stage(run: Migration, stock: dict | None, verify_started: bool) -> str:
-    """The stage a running migration is in (pure). `stock`: combine()'s figures of the
+    """The stage a running migration is in (pure). `stock`: chunks.combined()'s figures of the
     stock copy's chunks (None before the copy planned any: not started, or nothing
     resident to copy); `verify_started`: the verify check's run exists."""
     if run.phase == "rolling_back":
@@ -133,7 +133,6 @@ def progress(meta: MetaConfig, run: Migration, zone_conn=None, now: dt.datetime 
     """A running migration's progress: {"unit": "chunks", "stage", "stage_no", "stages", and
     the current stage's chunks (done, total, rows, rate_rows_s, chunk_eta_s; None when it
     has none), "eta_s" (the whole run's, or None) and "eta_note"}."""
-    from zonesync.console.runs import combine
 
     stock = None
     if zone_conn is not None:
@@ -143,7 +142,7 @@ def progress(meta: MetaConfig, run: Migration, zone_conn=None, now: dt.datetime 
             conn = None
         if conn is not None:
             try:
-                stock = combine(chunks.summarize((), chunks.read(conn, stock_run_id(run.run_id))))
+                stock = chunks.combined(chunks.summarize((), chunks.read(conn, stock_run_id(run.run_id))))
             finally:
                 conn.close()
     store = CheckStore(meta)
@@ -152,7 +151,7 @@ def progress(meta: MetaConfig, run: Migration, zone_conn=None, now: dt.datetime 
     chunked = stock if current == "stock" else None
     if current == "verify" and check is not None:
         done = [c for t in check.tables for c in as_done(store.chunks(check.run_id, t))]
-        chunked = combine(chunks.summarize((), done))
+        chunked = chunks.combined(chunks.summarize((), done))
     order = stages(run.mode)
     if now is None:
         rows, _ = meta.run("SELECT NOW(6)")

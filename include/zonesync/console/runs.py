@@ -146,7 +146,7 @@ def progress(meta: MetaConfig, run: dict, zone_conn=None) -> dict | None:
         store = CheckStore(meta)
         check = store.require(run["run_id"])
         rows = [c for t in check.tables for c in as_done(store.chunks(run["run_id"], t))]
-        return combine(chunks.summarize((), rows))
+        return chunks.combined(chunks.summarize((), rows))
     if run["kind"] == "backfill":
         from zonesync.tagging.backfill_runs import BackfillRuns
 
@@ -167,7 +167,7 @@ def progress(meta: MetaConfig, run: dict, zone_conn=None) -> dict | None:
         except Exception:  # noqa: BLE001 - a zone out of reach: no progress shown, the rest of the page is
             return None
         try:
-            return combine(chunks.summarize((), chunks.read(conn, run_id)))
+            return chunks.combined(chunks.summarize((), chunks.read(conn, run_id)))
         finally:
             conn.close()
     return None
@@ -186,17 +186,6 @@ def _drain(meta: MetaConfig, run_id: str, zone_conn) -> dict | None:
         return None
     (clock,), _ = meta.run("SELECT NOW(6)")
     return schema_runs.drain_progress(found["drain"], now, (clock[0] - found["resumed_at"]).total_seconds())
-
-
-def combine(tables: dict) -> dict | None:
-    """summarize()'s per-table entries as one (pure)."""
-    if not tables or not any(t["chunks"] for t in tables.values()):
-        return None
-    etas = [t["eta_s"] for t in tables.values() if t["eta_s"]]
-    rates = [t["rate"] for t in tables.values() if t["rate"]]
-    return {"unit": "chunks", "done": sum(t["done"] for t in tables.values()),
-            "total": sum(t["chunks"] for t in tables.values()), "rows": sum(t["rows"] for t in tables.values()),
-            "rate_rows_s": sum(rates) if rates else None, "eta_s": max(etas) if etas else None}  # fmt: skip
 
 
 def text(run: dict) -> str:

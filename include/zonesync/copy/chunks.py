@@ -266,6 +266,17 @@ def summarize(tables, rows: list[dict]) -> dict:
     return out
 
 
+def combined(tables: dict) -> dict | None:
+    """summarize()'s per-table entries as one (pure)."""
+    if not tables or not any(t["chunks"] for t in tables.values()):
+        return None
+    etas = [t["eta_s"] for t in tables.values() if t["eta_s"]]
+    rates = [t["rate"] for t in tables.values() if t["rate"]]
+    return {"unit": "chunks", "done": sum(t["done"] for t in tables.values()),
+            "total": sum(t["chunks"] for t in tables.values()), "rows": sum(t["rows"] for t in tables.values()),
+            "rate_rows_s": sum(rates) if rates else None, "eta_s": max(etas) if etas else None}  # fmt: skip
+
+
 def _latest_stretch(commits: list[tuple]) -> list[tuple]:
     """The (done_at, rows) commits after the last pause of over PAUSE_S (in time order)."""
     start = 0

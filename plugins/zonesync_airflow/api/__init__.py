@@ -2,7 +2,8 @@
 `fastapi_apps`), behind Airflow's own authentication (auth.py), and the console page.
 
     /zonesync/api/v1/...    tenants.py (entities, tenants, migrations), reads.py (zones, rules,
-                            lag, runs, checks, locks, alerts), actions.py (switches, copies,
+                            lag, runs, checks, locks, alerts), datadocs.py (a check's Great
+                            Expectations Data Docs), actions.py (switches, copies,
                             checks started; locks and alerts settled); openapi.json and
                             docs (the API's OpenAPI document and a reference page, for
                             signed-in users)
@@ -19,7 +20,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from zonesync_airflow.api import actions, page, reads, tenants
+from zonesync_airflow.api import actions, datadocs, page, reads, tenants
 from zonesync_airflow.api.auth import may_read
 
 # no /docs, /redoc or /openapi.json at the app's root: Airflow would serve them to anyone
@@ -27,7 +28,7 @@ app = FastAPI(title="zonesync", version="1", description="zonesync's mesh, runs 
               docs_url=None, redoc_url=None, openapi_url=None)  # fmt: skip
 # every route: a signed-in user with read access (auth.py); operator actions add theirs (actions.py)
 v1 = APIRouter(prefix="/api/v1", dependencies=[Depends(may_read)])
-for part in (tenants, reads, actions):
+for part in (tenants, reads, datadocs, actions):
     v1.include_router(part.routes)
 
 
