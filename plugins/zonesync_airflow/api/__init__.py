@@ -6,7 +6,7 @@
                             Expectations Data Docs), actions.py (switches, copies,
                             checks started; locks and alerts settled); openapi.json and
                             docs (the API's OpenAPI document and a reference page, for
-                            signed-in users)
+                            users with read access: auth.py maps Airflow's roles)
     /zonesync/console/      the console page (page.py), also in Airflow's navigation
 
 Errors are one line in `detail`: a bad body or query names its field (400).

@@ -6,11 +6,12 @@ lag | alerts | locks` print it).
     GET /zonesync/api/v1/lag                    lag per zone pair and capture lag, as last reported
     GET /zonesync/api/v1/lag/history?minutes=60 per zone pair, 10 s samples (the page's chart)
     GET /zonesync/api/v1/runs?kind=&limit=&before=
-                                                switches, copies, checks, migrations: newest first, paged,
-                                                the running ones with progress and ETA
+                                                switches, copies, checks, migrations, backfills, schema
+                                                changes: newest first, paged, the running ones with
+                                                progress and ETA
     GET /zonesync/api/v1/checks/{run_id}        a check's report (JSON; ?format=html for the page)
     GET /zonesync/api/v1/locks                  each zone's locked rows
-    GET /zonesync/api/v1/alerts?limit=          open alerts, oldest first
+    GET /zonesync/api/v1/alerts?limit=          open alerts, oldest first, each with the command that resolves it
 """
 
 from __future__ import annotations

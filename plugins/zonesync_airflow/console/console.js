@@ -224,7 +224,7 @@ function drawAlerts(alerts) {
     const ack = el("button", { "data-ack": a.id }, "acknowledge");
     ack.addEventListener("click", async () => {
       const resp = await post(`/alerts/${a.id}/ack`);
-      if (resp.ok) refresh(); else showError(`ack ${a.id}: ${resp.status}`);
+      if (resp.ok) refresh(); else showError(`ack ${a.id}: ${(await resp.json().catch(() => ({}))).detail || resp.status}`);
     });
     return el("tr", { "data-alert": a.id, "data-kind": a.kind }, el("td", {}, a.id),
       el("td", {}, a.at.slice(0, 19).replace("T", " ")), el("td", {}, a.zone), el("td", {}, a.kind),
