@@ -67,6 +67,9 @@ def test_every_injected_difference_is_found_with_the_zone_that_is_right(spark, z
     table = result["tables"][TABLE]
     assert table["rows"] == {"a": 3001, "b": 3000, "c": 2999}
     assert table["outcome"]["complete"] and table["outcome"]["chunks"] == 7
+    # only the differing chunks' sub-ranges whose numbers differ are read (not their 1000 keys)
+    narrowed = table["outcome"]["narrowed"]
+    assert narrowed["chunks"] == 2 and narrowed["keys"] < 150, narrowed
     # the chunk holding only id 80's late write differs by checksum, and settles
     statuses = {c["chunk"]: c["status"] for c in CheckStore(meta).chunks("chk-diffs", TABLE)}
     assert statuses[0] == "mismatch" and statuses[6] == "mismatch"  # ids 1..500; 3001.. (5000)

@@ -17,13 +17,14 @@ import java.util.concurrent.Future;
 import org.apache.spark.api.java.function.FlatMapFunction;
 
 /**
- * Queries run by the zones themselves, one row back each: the consistency check's chunk
+ * Queries run by the zones themselves, a few rows back each: the consistency check's chunk
  * checksums (docs/consistency-check.md), where each zone computes its own COUNT and
  * BIT_XOR of row CRCs over a key range and only those numbers leave the database
- * (pushed down, like pt-table-checksum's).
+ * (pushed down, like pt-table-checksum's), and a differing chunk's checksums per key
+ * sub-range (GROUP BY, one row each).
  *
- * <p>An element is {@code "<tag>\t<zone index>\t<SQL>"}; the result of one is {@code
- * "<tag>\t<column 1>\t<column 2>…"} (NULL as {@code \N}). The SQL comes from the Python
+ * <p>An element is {@code "<tag>\t<zone index>\t<SQL>"}; each row of its result is {@code
+ * "<tag>\t<column 1>\t<column 2>…"} (NULL as {@code \N}), an empty result {@code "<tag>\t"}. The SQL comes from the Python
  * job (zonesync.check.sql), which owns it; this class only runs it, with one connection
  * per zone per partition (each zone's queries on a thread of their own, so the zones
  * compute at once), each query in a read-only autocommit statement of its own.
@@ -72,27 +73,34 @@ public final class ZoneQueries implements FlatMapFunction<Iterator<String>, Stri
       conn.setAutoCommit(true);
       conn.setReadOnly(true);
       for (String[] parts : queries) {
-        out.add(parts[0] + "\t" + run(conn, parts[2]));
+        for (String row : run(conn, parts[2])) {
+          out.add(parts[0] + "\t" + row);
+        }
       }
     }
     return out;
   }
 
-  private static String run(Connection conn, String sql) throws SQLException {
+  /** Every row of the query's result ({@code ""} alone when it has none). */
+  private static List<String> run(Connection conn, String sql) throws SQLException {
+    List<String> rows = new ArrayList<>();
     try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(sql)) {
-      if (!rs.next()) {
-        return "";
-      }
       int n = rs.getMetaData().getColumnCount();
-      StringBuilder row = new StringBuilder();
-      for (int i = 1; i <= n; i++) {
-        String v = rs.getString(i);
-        if (i > 1) {
-          row.append('\t');
+      while (rs.next()) {
+        StringBuilder row = new StringBuilder();
+        for (int i = 1; i <= n; i++) {
+          String v = rs.getString(i);
+          if (i > 1) {
+            row.append('\t');
+          }
+          row.append(v == null ? "\\N" : v);
         }
-        row.append(v == null ? "\\N" : v);
+        rows.add(row.toString());
       }
-      return row.toString();
     }
+    if (rows.isEmpty()) {
+      rows.add("");
+    }
+    return rows;
   }
 }
