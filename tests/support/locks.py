@@ -43,3 +43,14 @@ def repair_from_a(zones, tenant_id: int):
     finally:
         conn.close()
     return src
+
+
+def tamper(zones, tenant_id: int, name: str) -> None:
+    """Someone edits zone b's copy directly (not replicated)."""
+    conn = zones["b"].connect("zonesync_app")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION skip_replication = 1")
+            cur.execute("UPDATE tenants SET name = %s WHERE tenant_id = %s", (name, tenant_id))
+    finally:
+        conn.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.locks import applied_all_of_a, locks_cli, repair_from_a, tenant_row
+from tests.support.locks import applied_all_of_a, locks_cli, repair_from_a, tamper, tenant_row
 from tests.support.replication import ZONES, alerts, wait_converged
 
 pytestmark = pytest.mark.integration
@@ -23,17 +23,6 @@ def _lock_rows(zones) -> list[tuple]:
         conn.close()
 
 
-def _tamper(zones, tenant_id: int, name: str) -> None:
-    """Someone edits zone b's copy directly (not replicated)."""
-    conn = zones["b"].connect("zonesync_app")
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION skip_replication = 1")
-            cur.execute("UPDATE tenants SET name = %s WHERE tenant_id = %s", (name, tenant_id))
-    finally:
-        conn.close()
-
-
 def _lock_row_3(ga, zones, meta) -> None:
     """Tenant 3 locked in zone b by a mismatch (b's copy tampered, then a changes it twice);
     tenant 5 changed in between and tenant 6 inserted: they must keep flowing."""
@@ -41,7 +30,7 @@ def _lock_row_3(ga, zones, meta) -> None:
         tx.insert("tenants", {"tenant_id": 3, "name": "v1"})
         tx.insert("tenants", {"tenant_id": 5, "name": "w1"})
     wait_converged(zones, ("tenants",))
-    _tamper(zones, 3, "tampered")
+    tamper(zones, 3, "tampered")
     with ga.transaction() as tx:
         tx.update("tenants", {"tenant_id": 3}, {"name": "v2"})
     with ga.transaction() as tx:

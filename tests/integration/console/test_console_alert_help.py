@@ -9,21 +9,10 @@ import shlex
 
 import pytest
 
-from tests.support.locks import applied_all_of_a, tenant_row
+from tests.support.locks import applied_all_of_a, tamper, tenant_row
 from tests.support.replication import wait_converged
 
 pytestmark = pytest.mark.integration
-
-
-def _tamper(zones, tenant_id: int, name: str) -> None:
-    """Someone edits zone b's copy directly (not replicated)."""
-    conn = zones["b"].connect("zonesync_app")
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION skip_replication = 1")
-            cur.execute("UPDATE tenants SET name = %s WHERE tenant_id = %s", (name, tenant_id))
-    finally:
-        conn.close()
 
 
 def test_a_row_locked_alert_comes_back_with_the_command_that_resolves_it(api, cli_on_cluster, guard_env, zones, meta,
@@ -35,7 +24,7 @@ def test_a_row_locked_alert_comes_back_with_the_command_that_resolves_it(api, cl
     with ga.transaction() as tx:
         tx.insert("tenants", {"tenant_id": 3, "name": "v1"})
     wait_converged(zones, ("tenants",))
-    _tamper(zones, 3, "tampered")
+    tamper(zones, 3, "tampered")
     with ga.transaction() as tx:
         tx.update("tenants", {"tenant_id": 3}, {"name": "v2"})
     applied_all_of_a(zones, meta, "b")
