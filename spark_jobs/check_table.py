@@ -273,23 +273,18 @@ class TableCheck:
                 for c in open_ended for zi, z in enumerate(self.names)])  # fmt: skip
             for c in open_ended:
                 spans[c["chunk"]] = narrow.merged_span([tuple(got[f"{c['chunk']}:{z}"][0]) for z in self.names])
-        queries = []
-        for c in chunks:
-            if spans[c["chunk"]] is None:
-                continue  # no zone has a row there any more: nothing to read
-            first, last = spans[c["chunk"]]
-            step = narrow.step_of(first, last)
-            queries += [(f"{c['chunk']}:{z}", zi, narrow.bucket_query(self.table, columns, key, c["lo"], c["hi"],
-                                                                      first, step, self.nullable, self.where))
-                        for zi, z in enumerate(self.names)]  # fmt: skip
-        got = zone_rows(self.spark, self.endpoints, queries) if queries else {}
+        # each chunk with a row somewhere: its span and the step of its sub-ranges
+        cuts = {n: (*span, narrow.step_of(*span)) for n, span in spans.items() if span is not None}
+        live = [c for c in chunks if c["chunk"] in cuts]  # (none: no zone has a row there any more)
+        got = zone_rows(self.spark, self.endpoints, [
+            (f"{c['chunk']}:{z}", zi, narrow.bucket_query(self.table, columns, key, c["lo"], c["hi"],
+                                                          cuts[c["chunk"]][0], cuts[c["chunk"]][2],
+                                                          self.nullable, self.where))
+            for c in live for zi, z in enumerate(self.names)]) if live else {}  # fmt: skip
         ranges = []
-        for c in chunks:
-            if spans[c["chunk"]] is None:
-                continue
-            first, last = spans[c["chunk"]]
+        for c in live:
             which = narrow.differing({z: got[f"{c['chunk']}:{z}"] for z in self.names})
-            ranges += narrow.sub_chunks(c, key, first, last, narrow.step_of(first, last), which)
+            ranges += narrow.sub_chunks(c, key, *cuts[c["chunk"]], which)
         keys = sum(int(r["hi"][0]) - int(r["lo"][0]) for r in ranges)
         self.narrowed = {"chunks": len(chunks), "ranges": len(ranges), "keys": keys}
         self.log(f"{self.table}: {len(chunks)} differing chunks narrowed to {len(ranges)} key ranges "
