@@ -121,16 +121,11 @@ def test_an_admit_waits_for_an_applier_transaction_that_read_the_admits_before_i
         admitter = other.thread_id()
 
         def admit_waits() -> bool:
-            # blocked at moving the head: a row lock wait, or (once seen in CI) a metadata
-            # lock wait queued behind some other session's request for the table
+            # the admit's own transaction waits for a row lock (the head's, the applier holds)
             with zones["b"].connect() as probe, probe.cursor() as cur:
                 cur.execute("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' "
                             "AND trx_mysql_thread_id = %s", (admitter,))  # fmt: skip
-                if cur.fetchone()[0]:
-                    return True
-                cur.execute("SELECT STATE FROM information_schema.PROCESSLIST WHERE ID = %s", (admitter,))
-                state = cur.fetchone()
-                return bool(state and state[0] and state[0].startswith("Waiting for"))
+                return cur.fetchone()[0] > 0
 
         def processlist() -> str:
             with zones["b"].connect() as probe, probe.cursor() as cur:
@@ -138,6 +133,7 @@ def test_an_admit_waits_for_an_applier_transaction_that_read_the_admits_before_i
                 return repr(cur.fetchall())
 
         if not wait_until(admit_waits, 10, "", must=False):
+            # (CI once saw no wait here: the zone's sessions, to find out what held the admit)
             pytest.fail(f"the admit did not wait for the applier's transaction: {processlist()}")
         assert not done.is_set()
         applier.commit()  # the applier's transaction ends: the admit goes through
