@@ -73,10 +73,12 @@ class EntityRegistry(MetaStore):
         Who may write an LE changes here, so an operator's registration (`within` None) may
         not move it: the registration of an LE registered in another zone is refused, and of
         an LE the ZSID rules place in another zone too unless `new` (it has no rows yet: no
-        write of it was accepted there); so is any change while a migration of the biz entity
-        runs. A migration moves them (migrate/steps.py), passing `within(cur, version)`,
-        which runs in this version's transaction (to check the run's phase and record the
-        version with it, or raise to publish nothing)."""
+        write of it was accepted there). While a migration of the biz entity runs, only new
+        LEs may be registered, in the run's target once it has flipped (S004-31: they join
+        the tenant where it ends up; the biz entity's row is left as the run published it);
+        anything else is refused. A migration moves them (migrate/steps.py), passing
+        `within(cur, version)`, which runs in this version's transaction (to check the run's
+        phase and record the version with it, or raise to publish nothing)."""
         check_ref("biz entity", be_type, be_id, "register")
         for le_type, le_id in les:
             check_ref("locating entity", le_type, le_id, "register")
@@ -98,20 +100,22 @@ class EntityRegistry(MetaStore):
                     raise MetaError(f"register: {le_type} {le_id} belongs to {row[0]} {row[1]}: a locating entity "
                                     "has one biz entity (move it with a migration)")  # fmt: skip
             _refuse_another_spelling(cur, les)
+            during = None  # the migration run this registration joins (new LEs in its target)
             if within is None:
-                _refuse_a_move(cur, be_type, be_id, zone, les, new)
+                during = _refuse_a_move(cur, be_type, be_id, zone, les, new)
             else:
                 within(cur, version)
             cur.execute(
                 "INSERT INTO versions (version, kind, author, reason) VALUES (%s, 'entities', %s, %s)",
                 (version, author, reason),
             )
-            cur.execute(
-                "INSERT INTO biz_entities (be_type, be_id, unit_zone, status, version) VALUES (%s, %s, %s, %s, %s) "
-                "ON DUPLICATE KEY UPDATE unit_zone = VALUES(unit_zone), status = VALUES(status), "
-                "version = VALUES(version)",
-                (be_type, be_id, zone_ids[zone], status, version),
-            )
+            if during is None:  # (during a run the biz entity's unit and status are the run's to publish)
+                cur.execute(
+                    "INSERT INTO biz_entities (be_type, be_id, unit_zone, status, version) VALUES (%s, %s, %s, %s, "
+                    "%s) ON DUPLICATE KEY UPDATE unit_zone = VALUES(unit_zone), status = VALUES(status), "
+                    "version = VALUES(version)",
+                    (be_type, be_id, zone_ids[zone], status, version),
+                )
             cur.executemany(
                 "INSERT INTO locating_entities (le_type, le_id, unit_zone, status, stop_write, version, be_type, "
                 "be_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE unit_zone = VALUES(unit_zone), "
@@ -122,7 +126,8 @@ class EntityRegistry(MetaStore):
             record_units(cur, version, [(t, i, zone_ids[zone], status == "STOP_WRITE") for t, i in les])
             audit(cur, author, "entities.register",
                   {"reason": reason, "biz": [be_type, be_id], "zone": zone, "status": status,
-                   "locating": [list(le) for le in les]}, version)  # fmt: skip
+                   "locating": [list(le) for le in les], **({"during_migration": during} if during else {})},
+                  version)  # fmt: skip
         return version
 
     def locate(self, le_type: str, le_id: str) -> Registered | None:
@@ -176,18 +181,15 @@ def _refuse_another_spelling(cur, les: list[tuple[str, str]]) -> None:
                             f"register it as {canonical}")  # fmt: skip
 
 
-def _refuse_a_move(cur, be_type: str, be_id: str, zone: str, les: list[tuple[str, str]], new: bool) -> None:
+def _refuse_a_move(cur, be_type: str, be_id: str, zone: str, les: list[tuple[str, str]], new: bool) -> str | None:
     """MetaError when an operator's registration would change who may write an LE (in the
     registration's transaction: the head row is locked, so neither the rules nor the
     registry move meanwhile). Only a migration moves an LE: it stops its writes everywhere,
-    waits for their last data and verifies it first (docs/migration.md)."""
-    cur.execute("SELECT run_id FROM migrations WHERE be_type = %s AND be_id = %s AND status = 'running' "
-                "LOCK IN SHARE MODE", (be_type, be_id))  # fmt: skip
-    running = cur.fetchone()
-    if running:
-        raise MetaError(f"register: {be_type} {be_id} is being migrated ({running[0]}): wait for the migration or "
-                        "roll it back, then register again")  # fmt: skip
-    index = None
+    waits for their last data and verifies it first (docs/migration.md). The id of the
+    migration run the registration joins (new LEs in its target, `_during_a_run`), else
+    None."""
+    during = _during_a_run(cur, be_type, be_id, zone, les)
+    index, rules_read = None, False
     for le_type, le_id in les:
         cur.execute("SELECT z.name FROM locating_entities e JOIN zones z ON z.zone_id = e.unit_zone "
                     "WHERE e.le_type = %s AND e.le_id = %s", (le_type, le_id))  # fmt: skip
@@ -199,13 +201,54 @@ def _refuse_a_move(cur, be_type: str, be_id: str, zone: str, les: list[tuple[str
             continue
         if new:
             continue
-        index = index or _newest_rules(cur)
-        if index is None:
-            return
-        owner = _zsid_owner(index, le_type, le_id)
+        if not rules_read:
+            index, rules_read = _newest_rules(cur), True
+        owner = None if index is None else _zsid_owner(index, le_type, le_id)
         if owner is not None and owner != zone:
             raise MetaError(f"register: the rules place {le_type} {le_id} in zone {owner}, where its rows are written: "
                             "register it there and migrate it, or pass --new if it has no rows yet")  # fmt: skip
+    return during
+
+
+def _during_a_run(cur, be_type: str, be_id: str, zone: str, les: list[tuple[str, str]]) -> str | None:
+    """None when no migration of the biz entity runs. While one runs (S004-31), the run's id
+    when every LE is new (registered nowhere yet) and `zone` is the run's target and the
+    run has flipped; anything else is a MetaError naming what to do.
+
+    The run's row is read with a shared lock in the registration's transaction, after the
+    head row's lock: the flip publishes the LEs' new unit and records flip_version in one
+    commit that holds both (MigrationStore.publishing), so this sees the flip whole or not
+    at all. Past the flip the tenant ends in the target: no rollback can follow a flip
+    (claim_phase makes 'flipping' and 'rolling_back' exclusive; a rollback after it rolls
+    forward), so a new LE registered there is never left behind. The run's later publishes
+    (flip retried, lift) register only the run's own LEs (its les_json, read at preflight),
+    so they neither stop nor move it, and its release purges only their resident rows.
+    Before the flip the LEs' unit may still go either way: refused, to wait."""
+    cur.execute("SELECT run_id, source_zone, target_zone, flip_version FROM migrations WHERE be_type = %s AND "
+                "be_id = %s AND status = 'running' LOCK IN SHARE MODE", (be_type, be_id))  # fmt: skip
+    running = cur.fetchone()
+    if running is None:
+        return None
+    run_id, source, target, flip_version = running
+    being = f"register: {be_type} {be_id} is being migrated ({run_id}, {source} -> {target})"
+    if flip_version is None:
+        raise MetaError(f"{being} and has not flipped yet: wait for the migration or roll it back, then register "
+                        f"again (a new locating entity can be registered in zone {target} once the run has "
+                        "flipped)")  # fmt: skip
+    if zone != target:
+        raise MetaError(f"{being}, past its flip: register its new locating entities in zone {target}, its unit "
+                        f"now, not in {zone}")  # fmt: skip
+    if not les:
+        raise MetaError(f"{being}: only new locating entities can be registered while it runs (none given)")
+    for le_type, le_id in les:
+        cur.execute("SELECT z.name FROM locating_entities e JOIN zones z ON z.zone_id = e.unit_zone "
+                    "WHERE e.le_type = %s AND e.le_id = %s", (le_type, le_id))  # fmt: skip
+        found = cur.fetchone()
+        if found is not None:
+            raise MetaError(f"{being}: {le_type} {le_id} is registered already (zone {found[0]}); only a new "
+                            "locating entity can be registered while it runs: change this one after the "
+                            "migration")  # fmt: skip
+    return run_id
 
 
 def _zsid_owner(index: RuleIndex, le_type: str, le_id: str) -> str | None:

@@ -24,9 +24,11 @@ synced         the target applied the source's stream up to P (the last data of 
 final_check    per table, the count and checksum of the LEs' rows in source and target
                (migrate/final_check.py, pushed down); a difference fails the step.
 flip           the point of no return: unit := target, writes still stopped; every healthy
-               guard acks. From here failures retry, never roll back.
+               guard acks. From here failures retry, never roll back, and a new LE of the
+               biz entity may be registered in the target (S004-31; before, none may be).
 lift           writes allowed in the target; every healthy guard acks; the run succeeds,
-               with its stop-write window (the stop's publish to the lift's acks).
+               with its stop-write window (the stop's publish to the lift's acks), naming
+               the LEs registered in the target meanwhile.
 rollback       before flip, when a step failed for good: the LEs writable again in the
                source; after flip it refuses (claim_phase makes the two exclusive).
 
@@ -378,8 +380,19 @@ def lift(ctx: MigrationContext) -> Migration:
     run = ctx.store.stamp_once(ctx.run_id, "lifted_at")
     if run.status == RUNNING:
         ctx.store.finish(ctx.run_id, SUCCEEDED, f"{len(run.les)} locating entities moved {run.source_zone} -> "
-                         f"{run.target_zone}; stop-write window {run.window_ms:.0f} ms", phase="lifted")  # fmt: skip
+                         f"{run.target_zone}; stop-write window {run.window_ms:.0f} ms{_joined(ctx, run)}",
+                         phase="lifted")  # fmt: skip
     return ctx.store.require(ctx.run_id)
+
+
+def _joined(ctx: MigrationContext, run: Migration) -> str:
+    """The biz entity's LEs registered in the target after the flip (S004-31: not the run's,
+    never stopped), named in the run's outcome ('' when none)."""
+    found = EntityRegistry(ctx.meta).biz(run.be_type, run.be_id)
+    own = set(run.les)
+    joined = [f"{le.le_type} {le.le_id}" for le in (found[1] if found else ())
+              if (le.le_type, le.le_id) not in own and le.zone == run.target_zone]  # fmt: skip
+    return f"; registered in {run.target_zone} during the run: {', '.join(joined)}" if joined else ""
 
 
 def _undo_admit(ctx: MigrationContext, run: Migration) -> None:

@@ -122,11 +122,19 @@ class MigrationStore:
     def create(self, run_id: str, req: MigrationRequest, source_zone: str, les: list, actor: str) -> Migration:
         """The run's row; refused while another migration of the same biz entity runs.
         Creators take turns (a named lock) and read the running ones with a locking read,
-        as the copies do (copy/store.py: no write skew)."""
+        as the copies do (copy/store.py: no write skew).
+
+        `les` is what preflight read; the biz entity's LEs are enumerated again under the
+        head row's lock (S004-31): an LE registered since (in the source: an operator's
+        registration before this row exists is not refused) joins the run, one registered
+        elsewhere or stopped refuses it, and from this commit on every registration sees the
+        run (entities.py `_during_a_run`). So no LE registered before the run is left behind."""
         with self.meta.transaction() as cur:
             cur.execute("SELECT GET_LOCK(CONCAT(DATABASE(), '.migrations.create'), 30)")
             if cur.fetchone()[0] != 1:
                 raise MigrationRefused("run_id: another migration is being created this moment; try again")
+            cur.execute("SELECT version FROM head WHERE id = 1 FOR UPDATE")  # registrations hold it to their commit
+            les = self._enumerated(cur, req, source_zone, les)
             cur.execute(
                 "SELECT run_id FROM migrations WHERE be_type = %s AND be_id = %s AND status = %s AND run_id <> %s "
                 "FOR UPDATE",
@@ -143,6 +151,22 @@ class MigrationStore:
                  json.dumps([list(le) for le in les]), req.reason[:500], actor[:128]),
             )  # fmt: skip
         return self.require(run_id)
+
+    @staticmethod
+    def _enumerated(cur, req: MigrationRequest, source_zone: str, les: list) -> list:
+        """The biz entity's LEs as registered now (head row locked); MigrationRefused when one
+        registered since preflight read them is not writable in the source."""
+        cur.execute("SELECT e.le_type, e.le_id, z.name, e.stop_write FROM locating_entities e JOIN zones z ON "
+                    "z.zone_id = e.unit_zone WHERE e.be_type = %s AND e.be_id = %s ORDER BY e.le_type, e.le_id",
+                    (req.be_type, req.be_id))  # fmt: skip
+        now = cur.fetchall()
+        if {(t, i) for t, i, _, _ in now} == {tuple(le) for le in les}:
+            return les
+        apart = [f"{t} {i} ({z}{', stopped' if sw else ''})" for t, i, z, sw in now if z != source_zone or sw]
+        if apart:
+            raise MigrationRefused(f"tenant: {req.be_type} {req.be_id}'s locating entities changed while preflight "
+                                   f"ran: {', '.join(apart)} not writable in {source_zone}; try again")  # fmt: skip
+        return [(t, i) for t, i, _, _ in now]
 
     def set_once(self, run_id: str, **values) -> Migration:
         """Store each value unless one is there already; the row as stored."""

@@ -194,6 +194,86 @@ def test_a_stop_write_never_lands_after_the_rollback_claimed_the_run(guard_env, 
     assert {le.stop_write for le in EntityRegistry(meta).biz("tenant", "7")[1]} == {False}
 
 
+def test_a_new_le_registered_during_a_run_lands_in_the_target_once_flipped_and_never_before(
+    cluster, guard_env, zones, meta, tenant7, capsys
+):  # fmt: skip
+    """S004-31: a new chat of tenant 7 while it moves a -> b. Up to the flip it cannot be
+    registered anywhere (refused in one line saying to wait, nothing published): the
+    tenant's unit may still go either way. Once flipped, it is registered at once in b,
+    through the CLI (in a or c refused naming b; the run's own chat 70 is the run's): b's
+    guard writes it and a's refuses it while the run's LEs are still stopped; the lift and
+    the release complete with it ACTIVE in b, and the run's outcome names it."""
+    from zonesync import cli
+    from zonesync.meta.db import MetaError
+    from zonesync.routing import Router
+
+    ga, gb = guard_env("a"), guard_env("b")
+    registry = EntityRegistry(meta)
+    ctx = _ctx(zones, meta, "grow-7")
+    steps.preflight(ctx)
+    steps.stop_write(ctx)
+    steps.sync_position(ctx)
+    wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
+    steps.final_check(ctx)  # verified: the last step before the point of no return
+    head = registry.head()
+    for zone in ("b", "a"):
+        with pytest.raises(MetaError) as err:
+            registry.register_biz("tenant", "7", zone, [("chat", "71")], "test: a new chat")
+        assert str(err.value) == ("register: tenant 7 is being migrated (grow-7, a -> b) and has not flipped yet: "
+                                  "wait for the migration or roll it back, then register again (a new locating "
+                                  "entity can be registered in zone b once the run has flipped)")  # fmt: skip
+    assert registry.head() == head and registry.locate("chat", "71") is None
+
+    steps.flip(ctx)
+    for args, words in [(["--zone", "c", "--le", "chat:71"], "not in c"), (["--zone", "a", "--le", "chat:71"],
+                        "not in a"), (["--zone", "b", "--le", "chat:70", "--le", "chat:71"],
+                        "chat 70 is registered already (zone b)")]:  # fmt: skip
+        assert cli.main(["entity", "register", "tenant", "7", *args, "--reason", "test: a new chat"]) == 2
+        err = capsys.readouterr().err
+        assert "is being migrated (grow-7, a -> b)" in err and words in err and err.count("\n") == 1, err
+    assert registry.locate("chat", "71") is None
+    assert cli.main(["entity", "register", "tenant", "7", "--zone", "b", "--le", "chat:71", "--reason",
+                     "test: a new chat"]) == 0  # fmt: skip
+    assert "registered tenant 7 in zone b with 1 locating entity" in capsys.readouterr().out
+    joined = registry.locate("chat", "71")
+    assert (joined.zone, joined.status, joined.stop_write) == ("b", "ACTIVE", False)
+    assert registry.locate("chat", "70").stop_write  # the run's LEs: stopped until the lift
+    guards.wait_acks(meta, joined.version, {"a", "b"}, 10)
+    assert gb.state.decide_entity("chat", "71").entity == ("chat", "71")
+    with pytest.raises(WrongZone, match="owned by zone b"):
+        ga.state.decide_entity("chat", "71")
+    assert Router(meta, poll_s=0).where("chat", "71").zone == "b"
+
+    run = steps.lift(ctx)
+    assert run.status == "succeeded" and run.detail.endswith("; registered in b during the run: chat 71"), run
+    assert steps.release(ctx) == {}  # (no resident table here: nothing to purge)
+    biz, les = EntityRegistry(meta).biz("tenant", "7")
+    assert (biz.zone, biz.status) == ("b", "ACTIVE")
+    assert {(le.le_type, le.le_id, le.zone, le.status, le.stop_write) for le in les} == {
+        ("chat", "70", "b", "ACTIVE", False), ("chat", "71", "b", "ACTIVE", False),
+        ("tenant", "7", "b", "ACTIVE", False)}  # fmt: skip
+    assert run.les == [("chat", "70"), ("tenant", "7")]  # the run moved its own; the new one was never stopped
+    assert steps.rollback(ctx, "test").startswith("not rolled back")
+
+
+def test_an_le_registered_while_preflight_runs_joins_the_run(meta, tenant7):
+    """S004-31, the other way in: chat 71 registered in a after preflight read tenant 7's
+    LEs but before the run's row exists (no run to refuse it yet). The run's row is made
+    with the LEs enumerated again under the head's lock, so chat 71 moves with the tenant;
+    one registered elsewhere meanwhile refuses the run, recording nothing."""
+    store = MigrationStore(meta)
+    seen = [("tenant", "7"), ("chat", "70")]  # what preflight read
+    EntityRegistry(meta).register_biz("tenant", "7", "a", [("chat", "71")], "test: a new chat")
+    run = store.create("join-7", MigrationRequest("tenant", "7", "b", "plan1", "test"), "a", seen, "test")
+    assert sorted(run.les) == [("chat", "70"), ("chat", "71"), ("tenant", "7")]
+    store.finish("join-7", "failed", "test")
+    EntityRegistry(meta).register_biz("tenant", "7", "c", [("chat", "72")], "test: a new chat", new=True)
+    with pytest.raises(MigrationRefused, match=r"tenant: tenant 7's locating entities changed while preflight ran: "
+                                               r"chat 72 \(c\) not writable in a; try again"):  # fmt: skip
+        store.create("join-8", MigrationRequest("tenant", "7", "b", "plan1", "test"), "a", seen, "test")
+    assert store.get("join-8") is None
+
+
 def _older_than_the_cut(written: float) -> None:
     """verify runs while the tenant is written: a row younger than the check's cut (its
     start less CUT_GRACE_US) is excused as in flight. A span of the protocol on the

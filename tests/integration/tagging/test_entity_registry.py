@@ -91,14 +91,52 @@ def test_an_operator_registration_never_moves_who_may_write_an_entity(registry, 
     meta.run("INSERT INTO migrations (run_id, be_type, be_id, source_zone, target_zone, mode, les_json, reason, "
              "actor) VALUES ('reg-run', %s, %s, 'b', 'a', 'plan1', '[]', 'test', 'test')", BE)  # fmt: skip
     try:
-        with pytest.raises(MetaError, match=r"tenant reg-1001 is being migrated \(reg-run\): wait for the migration"):
+        with pytest.raises(MetaError, match=r"tenant reg-1001 is being migrated \(reg-run, b -> a\) and has not "
+                                            r"flipped yet: wait for the migration"):  # fmt: skip
             registry.register_biz(*BE, "b", [BE], "test: stop it", status="STOP_WRITE")
+        with pytest.raises(MetaError, match="a new locating entity can be registered in zone a once the run has "
+                                            "flipped"):  # fmt: skip
+            registry.register_biz(*BE, "a", [("chat", "reg-9002")], "test: a new chat")
     finally:
         meta.run("DELETE FROM migrations WHERE run_id = 'reg-run'")
     assert registry.head() == head
     registry.register_biz("tenant", "reg-500", "a", [("tenant", "500")], "test: a new tenant", new=True)
     assert registry.locate("tenant", "500").zone == "a"
     meta.run("DELETE FROM locating_entities WHERE le_id = '500'")
+
+
+def test_past_its_flip_a_running_migration_admits_only_new_entities_in_its_target(registry, meta):
+    """S004-31, the registry's rules (a run's row planted as flipped; the steps' test drives
+    a real one): a new LE of the migrating biz entity is registered at once in the run's
+    target, the biz entity's row left as the run published it; in any other zone, or an
+    LE registered already, refused in one line with nothing published."""
+    registry.register_biz(*BE, "b", [BE, ("chat", "reg-9001")], "test: onboard")
+    biz_before = registry.biz(*BE)[0]
+    meta.run("INSERT INTO migrations (run_id, be_type, be_id, source_zone, target_zone, mode, les_json, reason, "
+             "actor, phase, flip_version) VALUES ('reg-run', %s, %s, 'b', 'a', 'plan1', '[]', 'test', 'test', "
+             "'flipping', 1)", BE)  # fmt: skip
+    try:
+        head = registry.head()
+        refusals = [
+            ("c", [("chat", "reg-9002")], r"tenant reg-1001 is being migrated \(reg-run, b -> a\), past its flip: "
+                                          "register its new locating entities in zone a, its unit now, not in c"),
+            ("b", [("chat", "reg-9002")], "register its new locating entities in zone a, its unit now, not in b"),
+            ("a", [("chat", "reg-9002"), ("chat", "reg-9001")], r"chat reg-9001 is registered already \(zone b\); "
+                                                                 "only a new locating entity can be registered"),
+        ]  # fmt: skip
+        for zone, les, words in refusals:
+            with pytest.raises(MetaError, match=words) as err:
+                registry.register_biz(*BE, zone, les, "test: a new chat")
+            assert "\n" not in str(err.value)
+        assert registry.head() == head and registry.locate("chat", "reg-9002") is None
+        version = registry.register_biz(*BE, "a", [("chat", "reg-9002")], "test: a new chat")
+    finally:
+        meta.run("DELETE FROM migrations WHERE run_id = 'reg-run'")
+    new = registry.locate("chat", "reg-9002")
+    assert (new.zone, new.status, new.stop_write, new.version, new.be_id) == ("a", "ACTIVE", False, version, BE[1])
+    assert registry.biz(*BE)[0] == biz_before  # the run's to publish (its lift)
+    rows, _ = meta.run("SELECT detail FROM audit_log WHERE action = 'entities.register' AND version = %s", (version,))
+    assert '"during_migration": "reg-run"' in rows[0][0]
 
 
 def test_the_cli_registers_shows_lists_and_routes(registry, capsys):
