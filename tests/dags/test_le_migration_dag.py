@@ -4,7 +4,8 @@ consistency check's Spark job.
 The protocol's failure cases are covered step by step in
 tests/integration/migrate/test_migration_steps.py; here: the wiring. The happy path
 ends with the tenant writable in the target only, its resident rows (the stock copy's
-Spark job) there and gone from the source; a row that differs fails verify before
+Spark job) there and gone from the source, also when the stock copy's and the verify
+check's Spark jobs are killed -9 mid-way (retried); a row that differs fails verify before
 anything is stopped, the rollback ends the run and the tenant stays writable where it
 was; a plan2 target that does not catch up (stopped first, verify skipped) fails the cutover
 after its deferral and rolls back;
@@ -109,15 +110,17 @@ def test_a_tenant_migrates_to_b_with_its_resident_rows_and_only_b_writes_it_afte
 def test_a_stock_copy_killed_mid_way_is_retried_and_lands_only_the_chunks_left(notes, tenant7, meta, zones, dag):
     """The stock copy's Spark job killed -9 (spark-submit and its JVM) after a few chunks
     landed: the task fails, Airflow retries it, the new job skips the chunks done (their
-    commit times unchanged) and the migration ends with every note in b and none in a;
-    tenant 7 writable in b only."""
+    commit times unchanged); then the verify check's Spark job killed -9 once its plan is
+    stored: verify_check fails, is retried and its new job goes on with the same check run
+    (no false difference from the kill). The migration ends with every note in b and none
+    in a; tenant 7 writable in b only."""
     ga, gb = tenant7
     with ga.transaction() as tx:
         for n in range(1, 2001):
             tx.insert("notes", {"note_id": n, "tenant_id": 7, "body": f"n{n}"})
     earlier = _stock_runs(zones["b"])
     killed: dict = {}
-    killer = threading.Thread(target=_kill_reporting_errors, args=(zones["b"], earlier, killed), daemon=True)
+    killer = threading.Thread(target=_kill_reporting_errors, args=(zones["b"], meta, earlier, killed), daemon=True)
     killer.start()
     run = dag.test(run_conf={**CONF, "stock_chunk_rows": 100})  # about 20 chunks, waves of 4
     killer.join(10)
@@ -126,6 +129,9 @@ def test_a_stock_copy_killed_mid_way_is_retried_and_lands_only_the_chunks_left(n
     assert killed.get("pids"), f"the stock job was never killed: {killed}"
     tries = {ti.task_id: ti.try_number for ti in run.get_task_instances()}
     assert tries["stock"] >= 2, tries
+    assert killed.get("verify_pids") and tries["verify_check"] >= 2, (tries, killed)
+    check = meta.run("SELECT status FROM checks WHERE run_id = %s", (f"{run.run_id}.verify",))[0]
+    assert check and check[0][0] == "succeeded", check  # the re-run finished the same check run
     after = _done_chunks(zones["b"], killed["run_id"])
     with zones["b"].connect().cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM zonesync.copy_chunks WHERE run_id = %s", (killed["run_id"],))
@@ -154,29 +160,24 @@ def _done_chunks(b, run_id: str) -> dict[int, object]:
         return dict(cur.fetchall())
 
 
-def _kill_reporting_errors(b, earlier: set[str], killed: dict) -> None:
+def _kill_reporting_errors(b, meta, earlier: set[str], killed: dict) -> None:
     """The killer thread: its error goes into the test's assertion message, not a stray warning."""
     import traceback
 
     try:
         _kill_the_stock_job(b, earlier, killed)
+        if killed.get("pids"):
+            _kill_the_verify_job(meta, killed)
     except Exception:  # noqa: BLE001 - reported by the test
         killed["error"] = traceback.format_exc()
 
 
-def _kill_the_stock_job(b, earlier: set[str], killed: dict) -> None:
-    """Once this run's stock copy has landed 4 chunks: SIGKILL its spark-submit and JVM."""
+def _kill_tree(script: str) -> list:
+    """SIGKILL every process of this test's children running `script`, and theirs; the
+    processes killed, once ended (waited for without reaping them: psutil's wait() would
+    reap spark-submit, a child of this process under dag.test(), and the hook's
+    Popen.wait() would then read its exit as 0, ECHILD)."""
     import psutil
-
-    def landed() -> str | None:
-        for run_id in _stock_runs(b) - earlier:
-            if len(_done_chunks(b, run_id)) >= 4:
-                return run_id
-        return None
-
-    run_id = wait_until(landed, 240, "the stock copy landed 4 chunks", must=False, step=0.02)
-    if not run_id:
-        return
 
     def cmdline(p) -> str:
         try:
@@ -184,7 +185,7 @@ def _kill_the_stock_job(b, earlier: set[str], killed: dict) -> None:
         except psutil.Error:  # a child that ended between listing and reading (a probe, a finished task)
             return ""
 
-    jobs = [p for p in psutil.Process().children(recursive=True) if "full_copy.py" in cmdline(p)]
+    jobs = [p for p in psutil.Process().children(recursive=True) if script in cmdline(p)]
     tree = []
     for p in jobs:
         try:
@@ -196,9 +197,36 @@ def _kill_the_stock_job(b, earlier: set[str], killed: dict) -> None:
             p.kill()
         except psutil.Error:
             pass
-    # wait without reaping: psutil's wait() would reap spark-submit, a child of this process
-    # under dag.test(), and the hook's Popen.wait() would then read its exit as 0 (ECHILD)
-    wait_until(lambda: all(_dead(p) for p in tree), 10, "the killed stock job's processes ended", step=0.02)
+    wait_until(lambda: all(_dead(p) for p in tree), 10, f"the killed {script} processes ended", step=0.02)
+    return tree
+
+
+def _kill_the_verify_job(meta, killed: dict) -> None:
+    """Once the verify check's plan is stored (its job's session is starting, or its
+    checksums run): SIGKILL its spark-submit and JVM, once."""
+    verify = f"{killed['run_id'].removesuffix('.stock')}.verify"
+
+    def planned() -> bool:
+        return bool(meta.run("SELECT 1 FROM check_chunks WHERE run_id = %s LIMIT 1", (verify,))[0])
+
+    if wait_until(planned, 240, "the verify check planned its chunks", must=False, step=0.02):
+        killed["verify_pids"] = [p.pid for p in _kill_tree("consistency_check.py")]
+
+
+def _kill_the_stock_job(b, earlier: set[str], killed: dict) -> None:
+    """Once this run's stock copy has landed 4 chunks: SIGKILL its spark-submit and JVM."""
+
+    def landed() -> str | None:
+        for run_id in _stock_runs(b) - earlier:
+            if len(_done_chunks(b, run_id)) >= 4:
+                return run_id
+        return None
+
+    run_id = wait_until(landed, 240, "the stock copy landed 4 chunks", must=False, step=0.02)
+    if not run_id:
+        return
+
+    tree = _kill_tree("full_copy.py")
     killed.update(run_id=run_id, done=_done_chunks(b, run_id), pids=[p.pid for p in tree])
 
 
