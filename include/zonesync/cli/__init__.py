@@ -1,7 +1,7 @@
 """The `zonesync` command: the parser, and the one place errors become exit codes.
 
 One module per command group (dev, meta, rules, tags, entity, guards, workers, replication, binlog,
-locks, switch), each with a `register(sub)`; what they share is in common.py, and none
+locks, switch, resident), each with a `register(sub)`; what they share is in common.py, and none
 imports another. `python -m zonesync.cli` (__main__.py) is how workers are spawned.
 
 Every failure the user can fix is one line on stderr naming what is wrong and
@@ -25,6 +25,7 @@ from zonesync.cli import (
     meta,
     migrate,
     replication,
+    resident,
     rules,
     runs,
     schema,
@@ -37,7 +38,7 @@ from zonesync.cli.common import fail
 
 # in the order `zonesync --help` lists them
 GROUPS = (dev, meta, rules, tags, entity, kv, guards, workers, replication, binlog, locks, switch, copy, check, migrate,
-          schema, zones, runs)  # fmt: skip
+          resident, schema, zones, runs)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

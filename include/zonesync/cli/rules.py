@@ -36,6 +36,7 @@ def cmd_rules_apply(args) -> int:
     meta = common.meta()
     check(rules, set(MetaStore(meta).zones()), require_writable=not args.allow_blocked)  # its errors first
     moves = _owner_moves(meta, rules)
+    made_resident = _made_resident(meta, rules)
     if moves and not args.move_owners:
         return common.fail(
             f"rules apply: {'; '.join(moves)}: writable ZSIDs would move straight to another owner, "
@@ -46,6 +47,7 @@ def cmd_rules_apply(args) -> int:
     if args.no_wait:
         version = MetaStore(meta).publish_rules(rules, args.reason, require_writable=not args.allow_blocked)
         print(f"published rules version {version} (not waiting for acks)")
+        _hint_purge(made_resident)
         return 0
     try:
         version = guards.push_and_wait(
@@ -62,7 +64,26 @@ def cmd_rules_apply(args) -> int:
         f"published rules version {version}; acked by {len(acked)} guard instance(s) in zones "
         f"{', '.join(sorted(rules.zones()))}"
     )
+    _hint_purge(made_resident)
     return 0
+
+
+def _made_resident(meta, rules) -> list[str]:
+    """The tables `rules` makes resident that the newest rules replicate (every zone holds
+    all their rows until they are purged)."""
+    from zonesync.meta.store import MetaStore
+
+    current = MetaStore(meta).rules_at()
+    if current is None:
+        return []
+    before = current[1].tables
+    return sorted(n for n in rules.resident_tables() if n in before and not before[n].resident)
+
+
+def _hint_purge(tables: list[str]) -> None:
+    for name in tables:
+        print(f"{name} is resident now, but every zone still holds the other units' rows it replicated: "
+              f"`zonesync resident purge --table {name} --dry-run`, then with --reason '...'")  # fmt: skip
 
 
 def _owner_moves(meta, rules) -> list[str]:

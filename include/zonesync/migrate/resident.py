@@ -27,6 +27,7 @@ from __future__ import annotations
 from zonesync.check.request import entity_tables
 from zonesync.check.sql import entity_predicate
 from zonesync.copy.chunks import check_copyable as copyable
+from zonesync.copy.chunks import key_columns
 from zonesync.copy.request import CopyRefused
 from zonesync.migrate.request import MigrationRefused
 from zonesync.rules.model import RuleSet
@@ -109,24 +110,70 @@ def withdraw(conn, run_id: str) -> int:
     return n
 
 
-def purge(conn, predicates: dict[str, str]) -> dict[str, int]:
-    """The LEs' rows of each resident table deleted in this zone, in batches, as a
-    maintenance write: skip_replication (no replicator publishes it) and no tombstone (a
-    later migration back brings the rows at their versions, which a tombstone at the same
-    version would keep away). {table: rows deleted}."""
+def purge(conn, predicates: dict[str, str], batch: int = PURGE_BATCH, each_batch=None) -> dict[str, int]:
+    """The rows each predicate selects deleted in this zone as a maintenance write:
+    skip_replication (no replicator publishes it) and no tombstone (a later migration back
+    brings the rows at their versions, which a tombstone at the same version would keep
+    away). Chunked by primary-key ranges of at most `batch` matching rows, each chunk its
+    own short transaction, so no lock is held long and a killed purge resumes where it
+    stopped (a re-run finds only what is left). `each_batch(cur)`, when given, runs first
+    in each chunk's transaction (to lock and re-check what allows the delete; it raises to
+    stop). {table: rows deleted}."""
     out = {}
     with conn.cursor() as cur:
         cur.execute("SET SESSION skip_replication = 1")
         try:
             for table, where in sorted(predicates.items()):
-                out[table] = 0
-                while True:
-                    n = cur.execute(f"DELETE FROM {quote(table)} WHERE {where} LIMIT {PURGE_BATCH}")
-                    conn.commit()
-                    out[table] += n
-                    if n < PURGE_BATCH:
-                        break
+                out[table] = _purge_table(conn, cur, table, where, batch, each_batch)
         finally:
+            conn.rollback()  # (a chunk stopped part-way: the flag cannot change inside its transaction)
             cur.execute("SET SESSION skip_replication = 0")
     conn.commit()
     return out
+
+
+def key_of(conn, table: str) -> list[str]:
+    """The table's primary-key columns in this zone (MigrationRefused when it has none)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT DATABASE()")
+        (schema,) = cur.fetchone()
+    cols = [c for c, _ in key_columns(conn, schema, table)]
+    if not cols:
+        raise MigrationRefused(f"tables: {table} is missing in this zone or has no primary key")
+    return cols
+
+
+def _after(cols: list[str], last: tuple | None, hi: tuple | None) -> tuple[str, list]:
+    """The key-range condition (last, hi] with its arguments."""
+    key = quote(cols[0]) if len(cols) == 1 else "(" + ", ".join(map(quote, cols)) + ")"
+    marks = "%s" if len(cols) == 1 else "(" + ", ".join(["%s"] * len(cols)) + ")"
+    parts, args = [], []
+    if last is not None:
+        parts.append(f"{key} > {marks}")
+        args += list(last)
+    if hi is not None:
+        parts.append(f"{key} <= {marks}")
+        args += list(hi)
+    return " AND ".join(parts) or "TRUE", args
+
+
+def _purge_table(conn, cur, table: str, where: str, batch: int, each_batch) -> int:
+    cols = key_of(conn, table)
+    keys = ", ".join(map(quote, cols))
+    where = where.replace("%", "%%")  # (the statements take arguments: an id's % is a literal one)
+    deleted, last = 0, None
+    while True:
+        cur.execute("START TRANSACTION")
+        if each_batch is not None:
+            each_batch(cur)
+        after, args = _after(cols, last, None)
+        cur.execute(f"SELECT {keys} FROM {quote(table)} WHERE {where} AND {after} ORDER BY {keys} "
+                    f"LIMIT 1 OFFSET {int(batch) - 1}", args)  # fmt: skip
+        row = cur.fetchone()
+        hi = tuple(row) if row is not None else None
+        span, args = _after(cols, last, hi)
+        deleted += cur.execute(f"DELETE FROM {quote(table)} WHERE {where} AND {span}", args)
+        conn.commit()
+        if hi is None:
+            return deleted
+        last = hi

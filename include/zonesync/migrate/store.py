@@ -119,6 +119,11 @@ class MigrationStore:
                                 "ORDER BY id", (be_type, be_id, RUNNING))  # fmt: skip
         return [Migration(*row) for row in rows]
 
+    def all_running(self) -> list[Migration]:
+        """Every run still running, of any biz entity."""
+        rows, _ = self.meta.run(f"SELECT {COLUMNS} FROM migrations WHERE status = %s ORDER BY id", (RUNNING,))
+        return [Migration(*row) for row in rows]
+
     def create(self, run_id: str, req: MigrationRequest, source_zone: str, les: list, actor: str) -> Migration:
         """The run's row; refused while another migration of the same biz entity runs.
         Creators take turns (a named lock) and read the running ones with a locking read,
