@@ -227,7 +227,8 @@ def stop_first(ctx: MigrationContext, max_rows: int) -> dict:
 def admit(ctx: MigrationContext) -> dict:
     """Resident tables (resident.py): the target's stale copies of the LEs' rows purged and
     the LEs admitted there, once (the target's resident_admits is the record); what the
-    stock copy's Spark job needs ({tables: '' when nothing resident moves})."""
+    stock copy's Spark job needs ({tables: '' when nothing resident moves}); then the LEs'
+    KV keys copied to the target (kv_keys.py, the bulk copy)."""
     run = _running(ctx)
     _before_the_copy(run, "admit")
     kv = _kv(ctx, run, "admit")  # its settings checked before anything changes
