@@ -6,7 +6,8 @@ every KV repo move from the source zone's KV store to the target's, as resident 
               change log position S at the source is recorded once (the target's state
               hash), then every key of the LEs is copied: DUMP + PTTL at the source (one
               MULTI per batch), RESTORE ... REPLACE with the remaining TTL at the target;
-              a key gone meanwhile is deleted at the target (if there).
+              a key gone meanwhile, or one the target holds that the source does not
+              (left by a crashed rollback), is deleted at the target.
     catch_up  (final_check, inside the stop-write window: after the stop's acks no guard
               writes an LE's key anywhere) only the keys changed after S: copied again,
               or deleted at the target; the window costs the keys written during the
@@ -96,7 +97,9 @@ class KvMove:
             try:
                 dst.hsetnx(self.state_key, "start", _last_id(src))
                 dst.expire(self.state_key, STATE_TTL_S)
-                out[repo] = self._copy(src, dst, self._known(self.source, src, repo))
+                # the target's known keys too: one a crashed rollback left, gone at the source, is deleted
+                keys = {**self._known(self.target, dst, repo), **self._known(self.source, src, repo)}
+                out[repo] = self._copy(src, dst, keys)
                 dst.hset(self.state_key, "bulk", out[repo])
             finally:
                 src.close(), dst.close()
