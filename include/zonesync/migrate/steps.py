@@ -38,7 +38,9 @@ step still recorded and idempotent, so no task start falls inside it.
 Resident tables (rows only in the LEs' unit; resident.py) add three steps: admit (the
 target applies the LEs' resident rows from the source's stream from then on) and the stock
 copy (Spark) before verify, and release (the source's copy purged) after the lift; the
-rollback withdraws the admit and purges the target's partial copy.
+rollback withdraws the admit and purges the target's partial copy. KV keys (kv_keys.py)
+move beside them: a bulk copy in admit, the keys changed since caught up and compared in
+final_check, the target's copies removed by the rollback, the source's by release.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from zonesync.meta.guards import AckTimeout, UnhealthyGuards, require_healthy, w
 from zonesync.meta.store import MetaStore
 from zonesync.migrate import final_check as le_sums
 from zonesync.migrate import gate as migration_gate
-from zonesync.migrate import resident
+from zonesync.migrate import kv_keys, resident
 from zonesync.migrate import verify as verify_check
 from zonesync.migrate.request import AlreadyMigrating, MigrationRefused, MigrationRequest, UnknownBizEntity
 from zonesync.migrate.store import FAILED, ROLLED_BACK, RUNNING, SUCCEEDED, Migration, MigrationStore
@@ -225,9 +227,11 @@ def stop_first(ctx: MigrationContext, max_rows: int) -> dict:
 def admit(ctx: MigrationContext) -> dict:
     """Resident tables (resident.py): the target's stale copies of the LEs' rows purged and
     the LEs admitted there, once (the target's resident_admits is the record); what the
-    stock copy's Spark job needs ({tables: '' when nothing resident moves})."""
+    stock copy's Spark job needs ({tables: '' when nothing resident moves}); then the LEs'
+    KV keys copied to the target (kv_keys.py, the bulk copy)."""
     run = _running(ctx)
     _before_the_copy(run, "admit")
+    kv = _kv(ctx, run, "admit")  # its settings checked before anything changes
     rules = _rules(ctx)
     predicates = resident.tables(rules, run.entities)
     for zone in (run.source_zone, run.target_zone):  # what the stock copy (the full copy's job) can take
@@ -238,7 +242,21 @@ def admit(ctx: MigrationContext) -> dict:
     if predicates and not _with(ctx, run.target_zone, lambda conn: resident.admitted(conn, run.run_id)):
         _with(ctx, run.target_zone, lambda conn: resident.purge(conn, predicates))  # left by a crashed rollback
         _with(ctx, run.target_zone, lambda conn: resident.admit(conn, run.run_id, run.source_zone, run.les))
+    if kv is not None:
+        _kv_step("admit", kv.bulk)
     return stock
+
+
+def _kv(ctx: MigrationContext, run: Migration, step: str) -> kv_keys.KvMove | None:
+    """The run's KV move (kv_keys.py), None when no KV repo holds its LEs' keys."""
+    return _kv_step(step, lambda: kv_keys.mover(ctx.meta, run, ctx.zone_conn))
+
+
+def _kv_step(step: str, fn):
+    try:
+        return fn()
+    except kv_keys.KvMoveError as exc:
+        raise MigrationError(f"{step}: {exc}") from None
 
 
 def release(ctx: MigrationContext, purge_source: bool = True) -> dict:
@@ -250,9 +268,13 @@ def release(ctx: MigrationContext, purge_source: bool = True) -> dict:
                              "migration releases its source")  # fmt: skip
     predicates = _resident_tables(ctx, run)
     _with(ctx, run.target_zone, lambda conn: resident.withdraw(conn, run.run_id))
-    if not predicates or not purge_source:
+    if not purge_source:
         return {}
-    return _with(ctx, run.source_zone, lambda conn: resident.purge(conn, predicates))
+    purged = _with(ctx, run.source_zone, lambda conn: resident.purge(conn, predicates)) if predicates else {}
+    kv = _kv(ctx, run, "release")
+    if kv is not None:  # {"kv:<repo>": keys deleted at the source}
+        purged.update({f"kv:{repo}": n for repo, n in _kv_step("release", lambda: kv.remove("source")).items()})
+    return purged
 
 
 def gate(ctx: MigrationContext, max_lag_s: float, window: str) -> str | None:
@@ -343,6 +365,12 @@ def final_check(ctx: MigrationContext) -> dict:
     if run.phase not in ("synced", "verified"):
         raise MigrationError(f"final_check: the target is not proven synced (phase {run.phase}): run synced first")
     rules = _rules(ctx, "final_check")
+    kv = _kv(ctx, run, "final_check")
+    if kv is not None:  # writes stopped: the keys changed since the bulk copy, then all of them compared
+        _kv_step("final_check", kv.catch_up)
+        kv_differ = _kv_step("final_check", kv.differences)
+        if kv_differ:
+            raise MigrationError(f"final_check: the LEs' KV keys differ: {'; '.join(kv_differ)[:2000]}")
     counts, differ = le_sums.compare(rules, run.entities, (run.source_zone, run.target_zone),
                                      sorted(MetaStore(ctx.meta).zones().values()), ctx.zone_conn)  # fmt: skip
     if differ:
@@ -380,9 +408,19 @@ def lift(ctx: MigrationContext) -> Migration:
     run = ctx.store.stamp_once(ctx.run_id, "lifted_at")
     if run.status == RUNNING:
         ctx.store.finish(ctx.run_id, SUCCEEDED, f"{len(run.les)} locating entities moved {run.source_zone} -> "
-                         f"{run.target_zone}; stop-write window {run.window_ms:.0f} ms{_joined(ctx, run)}",
+                         f"{run.target_zone}; stop-write window {run.window_ms:.0f} ms"
+                         f"{_kv_moved(ctx, run)}{_joined(ctx, run)}",
                          phase="lifted")  # fmt: skip
     return ctx.store.require(ctx.run_id)
+
+
+def _kv_moved(ctx: MigrationContext, run: Migration) -> str:
+    """The KV keys moved per repo, for the outcome (never what holds the lift back)."""
+    try:
+        kv = _kv(ctx, run, "lift")
+        return kv_keys.summary(kv.moved()) if kv is not None else ""
+    except Exception as exc:  # noqa: BLE001 - a KV store down after the flip: the tenant is lifted all the same
+        return f"; KV keys moved: not counted ({str(exc)[:200]})"
 
 
 def _joined(ctx: MigrationContext, run: Migration) -> str:
@@ -402,6 +440,9 @@ def _undo_admit(ctx: MigrationContext, run: Migration) -> None:
     if predicates:  # (both idempotent: a rollback retried after a crash does them again)
         _with(ctx, run.target_zone, lambda conn: resident.withdraw(conn, run.run_id))
         _with(ctx, run.target_zone, lambda conn: resident.purge(conn, predicates))
+    kv = _kv(ctx, run, "rollback")
+    if kv is not None:  # the keys the run wrote at the target (no guard writes them before the flip)
+        _kv_step("rollback", lambda: kv.remove("target"))
 
 
 def rollback(ctx: MigrationContext, why: str | None = None) -> str:

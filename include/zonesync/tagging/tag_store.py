@@ -139,6 +139,14 @@ class TagStore:
                 out[table], left = live, left - len(live)
         return out
 
+    def entries_of(self, entity_type: str, entity_id: str, table: str) -> dict[str, int]:
+        """idx -> version * 2 + deleted: the entity's folded entries of one table, deleted
+        ones too (what a migration's KV catch-up compares versions with)."""
+        rows = self._query("SELECT entries FROM zonesync.tag_segments WHERE entity_type = %s AND entity_id = %s "
+                           "AND repo = %s AND table_name = %s ORDER BY batch_no",
+                           (entity_type, str(entity_id), self.repo, table))  # fmt: skip
+        return fold(text for (text,) in rows)
+
     def dump(self) -> list[tuple[str, str, str, str, int, int]]:
         """Every entity's folded tags: (table, idx, entity type, entity id, version,
         deleted), sorted; what two stores must agree on to hold the same tags."""

@@ -1,0 +1,266 @@
+"""A migration moves its tenant's KV keys (migrate/kv_keys.py; docs/migration.md, "KV
+keys"): bulk copy in admit while the tenant writes through the KV guard, the keys changed
+since caught up and compared inside the stop-write window, the source's copies deleted
+by release (tagged deleted there); a difference fails the final check and the rollback
+removes the target's copies only."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+from tests.support.background import wait_until
+from zonesync import cli
+from zonesync.dal.errors import EntityWriteStopped, WrongZone
+from zonesync.dal.kv import KvGuard
+from zonesync.meta import guards
+from zonesync.meta.entities import EntityRegistry
+from zonesync.meta.store import MetaStore
+from zonesync.migrate import resident, steps
+from zonesync.migrate.request import MigrationRefused, MigrationRequest
+from zonesync.runtime.kv_endpoint import kv_endpoint
+from zonesync.tagging import kv_tagger
+from zonesync.tagging.rules import TagRules, parse
+from zonesync.tagging.tag_store import KV_TABLE, TagStore
+
+pytestmark = pytest.mark.integration
+
+DIGITS = {"tenant_id": {"digits": True}}
+RULES = {
+    "mysql": [{"repo": "zonesync_app", "table": "orders", "index_keys": ["order_id"],
+               "entity": {"type": "tenant", "field": "tenant_id"}}],
+    "kv": [
+        {"repo": "sessions", "pattern": "{{env}}:session:{{tenant_id}}:{{token}}",
+         "entity": {"type": "tenant", "field": "tenant_id"},
+         "where": {"env": {"not_contains": ":"}, "tenant_id": {"digits": True}}},
+        {"repo": "sessions", "pattern": "last_order:{{tenant_id}}", "entity": {"type": "tenant", "field": "tenant_id"},
+         "where": DIGITS},
+        {"repo": "chat_cache", "pattern": "chat:{{tenant_id}}:{{msg}}", "entity": {"type": "tenant",
+                                                                                    "field": "tenant_id"},
+         "where": DIGITS},
+    ],
+}  # fmt: skip
+REPOS = {"sessions": 0, "chat_cache": 1}
+
+
+def _clear(zones, kv_stores) -> None:
+    for zone, inst in kv_stores.items():
+        for db in REPOS.values():
+            inst.client(db).flushdb()
+        with zones[zone].connect() as conn, conn.cursor() as cur:
+            cur.execute("DELETE FROM zonesync.tag_segments WHERE repo IN ('sessions', 'chat_cache')")
+            cur.execute("DELETE FROM zonesync.tag_kv_state")
+            conn.commit()
+
+
+def _forget(meta) -> None:
+    meta.run("DELETE FROM migrations")
+    meta.run("DELETE FROM locating_entities WHERE le_type IN ('tenant', 'chat')")
+    meta.run("DELETE FROM biz_entities WHERE be_type = 'tenant' AND be_id <> '7'")
+
+
+@pytest.fixture
+def kv_tenants(zones, meta, kv_stores, guard_env):
+    """KV tag rules for sessions and chat_cache; tenants 7 and 8 registered in a, 407 in b;
+    the zones' KV repos and KV tags empty; the tag rules found restored afterwards (other
+    tests' migrations move no KV key)."""
+    before = MetaStore(meta).tags_at()
+    _forget(meta)
+    MetaStore(meta).publish_tags(parse(RULES), "test: KV patterns of tenants")
+    _clear(zones, kv_stores)
+    for tenant, zone in (("7", "a"), ("8", "a"), ("407", "b")):
+        EntityRegistry(meta).register_biz("tenant", tenant, zone, [("tenant", tenant)], f"test: {tenant} in {zone}")
+    yield guard_env
+    _forget(meta)
+    _clear(zones, kv_stores)
+    MetaStore(meta).publish_tags(before[1] if before else TagRules(), "test: tag rules as before")
+
+
+def _kv(guard_env, zone: str) -> KvGuard:
+    kv = KvGuard(guard_env(zone), kv_endpoint(zone))
+    head = EntityRegistry(kv.guard.meta).head()
+    wait_until(lambda: kv.guard.state.version >= head, 10, f"{zone}'s guard runs the tag rules")
+    return kv
+
+
+def _seed(kv_a: KvGuard, kv_b: KvGuard) -> None:
+    """Tenant 7's keys in a (half of its sessions expiring), tenant 8's in a, 407's in b."""
+    for i in range(30):
+        kv_a.set("sessions", f"prod:session:7:s{i}", f"v{i}", ttl_s=3600 if i % 2 else None)
+    kv_a.set("sessions", "prod:session:7:stable", b"\x00binary\xff")
+    kv_a.set("sessions", "last_order:7", "71")
+    for i in range(20):
+        kv_a.set("chat_cache", f"chat:7:{i}", f"msg {i}", ttl_s=7200 if i % 3 == 0 else None)
+    for i in range(5):
+        kv_a.set("sessions", f"prod:session:8:s{i}", f"eight {i}")
+        kv_b.set("sessions", f"prod:session:407:s{i}", f"b's {i}", ttl_s=3600)
+        kv_b.set("chat_cache", f"chat:407:{i}", f"b's msg {i}")
+
+
+def _keys(kv_stores, zone: str, tenant: str) -> dict[tuple[str, str], tuple[bytes, bool]]:
+    """(repo, key) -> (value, expires) of the tenant's keys in the zone's KV store."""
+    out = {}
+    for repo, db in REPOS.items():
+        client = kv_stores[zone].client(db)
+        for match in (f"prod:session:{tenant}:*", f"last_order:{tenant}", f"chat:{tenant}:*"):
+            for key in client.scan_iter(match=match):
+                out[(repo, key.decode())] = (client.get(key), client.pttl(key) > 0)
+    return out
+
+
+class KeyWriter:
+    """Tenant 7's keys changed through a's KV guard until the stop-write refuses it:
+    overwrites (with and without a TTL, a TTL dropped), deletes and new keys."""
+
+    def __init__(self, kv: KvGuard):
+        self.kv, self.n, self.refused = kv, 0, None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            n = self.n
+            try:
+                if n % 5 == 0:
+                    self.kv.delete("sessions", f"prod:session:7:s{n % 30}")
+                elif n % 5 == 1:
+                    self.kv.set("chat_cache", f"chat:7:{n % 25}", f"w{n}", ttl_s=600 if n % 2 else None)
+                elif n % 5 == 2:
+                    self.kv.set("sessions", f"prod:session:7:new{n}", f"new {n}", ttl_s=900)
+                elif n % 5 == 3:
+                    self.kv.delete("chat_cache", f"chat:7:{(n * 7) % 20}")
+                else:
+                    self.kv.set("sessions", f"prod:session:7:s{n % 30}", f"w{n}")
+            except (WrongZone, EntityWriteStopped) as exc:
+                self.refused = exc
+                return
+            self.n = n + 1
+
+
+def _ctx(zones, meta, run_id: str) -> steps.MigrationContext:
+    return steps.MigrationContext(meta, run_id, MigrationRequest("tenant", "7", "b", "plan1", "test"),
+                                  lambda z: zones[z].connect("zonesync_app"), actor="test", max_txn_ms=200)  # fmt: skip
+
+
+def _cut_over(ctx) -> None:
+    steps.sync_position(ctx)
+    wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
+
+
+def _tagged(meta, zones, zone: str) -> None:
+    """The zone's KV tagger run until every repo's log is tagged."""
+    tagger = kv_tagger.KvTagger(zone, kv_endpoint(zone), zones[zone].connect, meta)
+    thread = threading.Thread(target=tagger.run, kwargs={"max_seconds": 60}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: kv_tagger.caught_up(kv_endpoint(zone), zones[zone].connect), 30, f"{zone} tagged")
+    finally:
+        tagger.stop()
+        thread.join(10)
+
+
+def test_a_tenant_s_keys_move_with_it_while_it_writes_and_leave_the_source(
+    kv_tenants, cluster, zones, meta, kv_stores, capsys
+):
+    """Tenant 7's 52 keys in two repos move a -> b (plan1) while a writer sets, deletes and
+    creates its keys through a's KV guard during the bulk copy (a's KV tagger tagging and
+    trimming the log meanwhile): b holds exactly a's keys at the stop, with their values
+    and TTLs; after release a holds none (its tags say deleted), tenants 8 and 407 are
+    untouched, b's tags list tenant 7's keys, and the tenant writes in b only."""
+    kv_a, kv_b = _kv(kv_tenants, "a"), _kv(kv_tenants, "b")
+    _seed(kv_a, kv_b)
+    others = {z: {**_keys(kv_stores, z, "8"), **_keys(kv_stores, z, "407")} for z in ("a", "b")}
+    tagger = kv_tagger.KvTagger("a", kv_endpoint("a"), zones["a"].connect, meta)
+    tagging = threading.Thread(target=tagger.run, kwargs={"max_seconds": 120}, daemon=True)
+    tagging.start()
+    writer = KeyWriter(kv_a)
+    writer.thread.start()
+    ctx = _ctx(zones, meta, "kv-7")
+    try:
+        wait_until(lambda: writer.n >= 50 or writer.refused, 20, "a writes tenant 7's keys")
+        steps.preflight(ctx)
+        assert steps.admit(ctx)["tables"] == ""  # the bulk copy (no resident table here)
+        copied = writer.n
+        wait_until(lambda: writer.n >= copied + 100 or writer.refused, 20, "writes after the bulk copy")
+        assert writer.refused is None, writer.refused
+        steps.stop_write(ctx)
+        writer.thread.join(30)
+        assert isinstance(writer.refused, EntityWriteStopped)
+        at_stop = _keys(kv_stores, "a", "7")
+        _cut_over(ctx)
+        steps.final_check(ctx)
+        steps.flip(ctx)
+        run = steps.lift(ctx)
+    finally:
+        writer.stopped.set()
+        writer.thread.join(30)
+        tagger.stop()
+        tagging.join(10)
+    assert run.status == "succeeded" and "KV keys moved: chat_cache " in run.detail, run.detail
+    moved = {repo: (int(bulk), int(caught)) for repo, bulk, caught in
+             re.findall(r"(\w+) (\d+) \((\d+) caught up in the window\)", run.detail)}  # fmt: skip
+    assert set(moved) == set(REPOS) and all(b > 0 and c > 0 for b, c in moved.values()), run.detail
+    assert len(at_stop) > 40 and any(exp for _, exp in at_stop.values()) and not all(
+        exp for _, exp in at_stop.values())  # fmt: skip
+    assert _keys(kv_stores, "b", "7") == at_stop  # values, and which expire (TTL kept: > 0)
+    assert sum(1 for (repo, _) in at_stop if repo == "chat_cache") > 5
+    purged = steps.release(ctx)
+    assert purged == {"kv:chat_cache": sum(r == "chat_cache" for r, _ in at_stop),
+                      "kv:sessions": sum(r == "sessions" for r, _ in at_stop)}, purged  # fmt: skip
+    assert _keys(kv_stores, "a", "7") == {} and _keys(kv_stores, "b", "7") == at_stop
+    for z in ("a", "b"):
+        assert {**_keys(kv_stores, z, "8"), **_keys(kv_stores, z, "407")} == others[z]
+    _tagged(meta, zones, "a")
+    for repo in REPOS:  # a's tags: every key tenant 7 ever had there, deleted
+        entries = TagStore(lambda: zones["a"].connect("zonesync_app"), repo).entries_of("tenant", "7", KV_TABLE)
+        assert entries and all(packed & 1 for packed in entries.values()), repo
+    assert cli.main(["entity", "rows", "tenant", "7", "--zone", "a", "--keys"]) == 0
+    assert "tenant 7 in zone a: 0 KV key(s)" in capsys.readouterr().out
+    _tagged(meta, zones, "b")  # b's tags find the keys (a later migration moves them on)
+    assert cli.main(["entity", "rows", "tenant", "7", "--zone", "b"]) == 0
+    assert f"tenant 7 in zone b: {len(at_stop)} KV key(s)" in capsys.readouterr().out
+    guards.wait_acks(meta, run.lift_version, {"a", "b"}, 10)
+    kv_b.set("sessions", "last_order:7", "after")
+    with pytest.raises(WrongZone):
+        kv_a.set("sessions", "last_order:7", "x")
+
+
+def test_a_key_differing_at_the_target_fails_the_final_check_and_the_rollback_removes_the_copies(
+    kv_tenants, cluster, zones, meta, kv_stores, monkeypatch
+):
+    """A KV setting that does not parse refuses admit in one line naming it, nothing
+    copied; then a key changed in b behind the migration's back fails the final check
+    before the flip, and the rollback removes b's copies of tenant 7's keys (a keeps
+    them all; 407's in b untouched) and leaves the tenant writable in a."""
+    kv_a, kv_b = _kv(kv_tenants, "a"), _kv(kv_tenants, "b")
+    _seed(kv_a, kv_b)
+    before = {z: {**_keys(kv_stores, z, "7"), **_keys(kv_stores, z, "407")} for z in ("a", "b")}
+    ctx = _ctx(zones, meta, "kv-back-7")
+    steps.preflight(ctx)
+    monkeypatch.setenv("ZONESYNC_KV_B_URL", "http://127.0.0.1:1")
+    with pytest.raises(MigrationRefused, match=r"^kv: ZONESYNC_KV_B_URL must look like redis://"):
+        steps.admit(ctx)
+    monkeypatch.delenv("ZONESYNC_KV_B_URL")
+    assert _keys(kv_stores, "b", "7") == {} and not kv_stores["b"].client(0).exists("zonesync:migration:kv-back-7")
+    steps.admit(ctx)
+    assert _keys(kv_stores, "b", "7") == before["a"] != {}
+    steps.admit(ctx)  # a re-run converges on the same copies
+    assert _keys(kv_stores, "b", "7") == before["a"]
+    kv_stores["b"].client(0).set("prod:session:7:stable", b"tampered")
+    steps.stop_write(ctx)
+    _cut_over(ctx)
+    with pytest.raises(steps.MigrationError, match=r"final_check: the LEs' KV keys differ: sessions "
+                                                   r"prod:session:7:stable: value differs"):  # fmt: skip
+        steps.final_check(ctx)
+    with pytest.raises(steps.MigrationError, match="not verified"):
+        steps.flip(ctx)
+    assert "writable in a again" in steps.rollback(ctx, "test")
+    assert _keys(kv_stores, "b", "7") == {} and {**_keys(kv_stores, "a", "7")} == before["a"]
+    assert _keys(kv_stores, "b", "407") == before["b"]
+    with zones["b"].connect("zonesync_app") as conn:
+        assert not resident.admitted(conn, "kv-back-7")
+    version = EntityRegistry(meta).head()
+    wait_until(lambda: kv_a.guard.state.version >= version, 10, "a runs the rollback's version")
+    kv_a.set("sessions", "last_order:7", "72")
