@@ -8,13 +8,23 @@ every KV repo move from the source zone's KV store to the target's, as resident 
               MULTI per batch), RESTORE ... REPLACE with the remaining TTL at the target;
               a key gone meanwhile, or one the target holds that the source does not
               (left by a crashed rollback), is deleted at the target.
+    compare_before_stop  (verify, plan1: the LEs still written) the source's log
+              position C recorded, the keys changed after S copied again, then every key
+              of the LEs compared at source and target: presence, value (DUMP bytes) and
+              whether it expires (not the TTL itself: it runs down while the move takes).
+              A key that differs and changed at the source after C is in flight (the
+              window brings it); any other difference fails verify, before anything is
+              stopped. C is kept only when none did.
     catch_up  (final_check, inside the stop-write window: after the stop's acks no guard
-              writes an LE's key anywhere) only the keys changed after S: copied again,
-              or deleted at the target; the window costs the keys written during the
-              stock phase, not the LEs' whole key set.
-    differences  (final_check) per repo, the LEs' keys at source and target: presence,
-              value (DUMP bytes) and whether it expires (not the TTL itself: it runs down
-              while the move takes); a difference fails the step, the run rolls back.
+              writes an LE's key anywhere) only the keys changed after C (S when no look
+              before the stop passed): copied again, or deleted at the target;
+    differences  (final_check) the same comparison of those keys only (all of them when
+              no look before the stop passed: plan2), so the window costs the keys written
+              since verify, not the LEs' whole key set; a difference fails the step, the
+              run rolls back. (A key changed at the target behind the run's back after
+              verify is not seen there, as a row changed so would be by the rows' final
+              checksums: the target's keys of an LE are written by nobody else before the
+              flip, the guard refusing them.)
     remove    rollback (before the flip): the keys the run wrote at the target;
               release (after the lift, unless keep_source_copy): the source's copies.
 
@@ -105,17 +115,34 @@ class KvMove:
                 src.close(), dst.close()
         return out
 
+    def compare_before_stop(self, limit: int = 10) -> list[str]:
+        """(verify) `repo key: why` of each LE key that differs and is not in flight; C
+        recorded per repo when none (see the module's text)."""
+        out: list[str] = []
+        for repo in self.repos:
+            src, dst = self._client(self.source, repo), self._client(self.target, repo)
+            try:
+                mark = _last_id(src)  # C: before the catch-up reads the log
+                self._copy(src, dst, self._known(self.source, src, repo, after=self._start(dst, repo)))
+                keys = set(self._known(self.source, src, repo)) | set(self._known(self.target, dst, repo))
+                differ = self._compared(src, dst, keys)
+                if differ:  # a key written at the source since C: the window's catch-up brings it
+                    moving = self._known(self.source, src, repo, after=mark)
+                    differ = [(key, why) for key, why in differ if key not in moving]
+                out += [f"{repo} {key}: {why}" for key, why in differ]
+                if not differ:
+                    dst.hset(self.state_key, mapping={"compared": mark, "compared_keys": len(keys)})
+            finally:
+                src.close(), dst.close()
+        return _first(out, limit)
+
     def catch_up(self) -> dict[str, int]:
-        """The keys changed at the source since S, copied or deleted: {repo: keys}."""
+        """The keys changed at the source since C (else S), copied or deleted: {repo: keys}."""
         out = {}
         for repo in self.repos:
             src, dst = self._client(self.source, repo), self._client(self.target, repo)
             try:
-                start = dst.hget(self.state_key, "start")
-                if start is None:
-                    raise KvMoveError(f"repo {repo}: no bulk copy recorded at zone {self.target.zone} for "
-                                      f"{self.run_id}: run admit first")  # fmt: skip
-                changed = self._known(self.source, src, repo, after=start.decode())
+                changed = self._known(self.source, src, repo, after=self._since(dst, repo))
                 out[repo] = len(changed)
                 self._copy(src, dst, changed)
                 dst.hset(self.state_key, "caught_up", out[repo])
@@ -124,20 +151,22 @@ class KvMove:
         return out
 
     def differences(self, limit: int = 10) -> list[str]:
-        """`repo key: why` of each LE key that differs between source and target."""
+        """`repo key: why` of each LE key that differs between source and target: those
+        changed at the source since C, or every one when no C was recorded."""
         out: list[str] = []
         for repo in self.repos:
             src, dst = self._client(self.source, repo), self._client(self.target, repo)
             try:
-                keys = sorted(set(self._known(self.source, src, repo)) | set(self._known(self.target, dst, repo)))
-                for batch in _batches(keys):
-                    for key, a, b in zip(batch, _dumps(src, batch), _dumps(dst, batch), strict=True):
-                        why = _differs(a, b, self.source.zone, self.target.zone)
-                        if why:
-                            out.append(f"{repo} {key}: {why}")
+                compared = dst.hget(self.state_key, "compared")
+                if compared is None:
+                    keys = set(self._known(self.source, src, repo)) | set(self._known(self.target, dst, repo))
+                else:
+                    keys = set(self._known(self.source, src, repo, after=compared.decode()))
+                dst.hset(self.state_key, "window_compared", len(keys))
+                out += [f"{repo} {key}: {why}" for key, why in self._compared(src, dst, keys)]
             finally:
                 src.close(), dst.close()
-        return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+        return _first(out, limit)
 
     def remove(self, side: str) -> dict[str, int]:
         """The LEs' keys deleted in `side` ('source' | 'target'), each with its log entry
@@ -170,6 +199,29 @@ class KvMove:
     # -- the parts ---------------------------------------------------------------
     def _client(self, side: Side, repo: str):
         return side.kv.connect(repo)
+
+    def _start(self, dst, repo: str) -> str:
+        """S, as the bulk copy recorded it at the target."""
+        start = dst.hget(self.state_key, "start")
+        if start is None:
+            raise KvMoveError(f"repo {repo}: no bulk copy recorded at zone {self.target.zone} for "
+                              f"{self.run_id}: run admit first")  # fmt: skip
+        return start.decode()
+
+    def _since(self, dst, repo: str) -> str:
+        """C when a look before the stop passed, else S."""
+        compared = dst.hget(self.state_key, "compared")
+        return compared.decode() if compared is not None else self._start(dst, repo)
+
+    def _compared(self, src, dst, keys: set[str]) -> list[tuple[str, str]]:
+        """(key, why) of each of `keys` whose value, presence or expiry differs."""
+        out = []
+        for batch in _batches(sorted(keys)):
+            for key, a, b in zip(batch, _dumps(src, batch), _dumps(dst, batch), strict=True):
+                why = _differs(a, b, self.source.zone, self.target.zone)
+                if why:
+                    out.append((key, why))
+        return out
 
     def _known(self, side: Side, client, repo: str, after: str = "0-0") -> dict[str, tuple[int, bool, tuple]]:
         """key -> (version, deleted, its LE) of the LEs' keys changed after `after` in
@@ -220,6 +272,10 @@ class KvMove:
                 script(keys=[key, STREAM], args=["del", b"", 0, le[0], le[1], self.run_id], client=pipe)
             there += sum(int(n) for n in pipe.execute())
         return there
+
+
+def _first(lines: list[str], limit: int) -> list[str]:
+    return lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else [])
 
 
 def _batches(items: list) -> list[list]:

@@ -354,8 +354,19 @@ def verify(ctx: MigrationContext, result: dict | None = None) -> dict:
         detail = (f"{report['differ']} rows differ, e.g. {report['mismatched'][:5]}" if report["differ"]
                   else report["detail"])  # fmt: skip
         raise MigrationError(f"verify: {detail} (`zonesync check report {verify_check.check_run_id(run.run_id)}`)")
+    verify_keys(ctx)
     ctx.store.phase(ctx.run_id, "checked")
     return report
+
+
+def verify_keys(ctx: MigrationContext) -> None:
+    """Before the stop (plan1's verify): the LEs' KV keys compared while still written
+    (kv_keys.compare_before_stop), so the window compares only those changed since; a
+    difference not in flight fails the step."""
+    kv = _kv(ctx, _running(ctx), "verify")
+    differ = _kv_step("verify", kv.compare_before_stop) if kv is not None else []
+    if differ:
+        raise MigrationError(f"verify: the LEs' KV keys differ: {'; '.join(differ)[:2000]}")
 
 
 def final_check(ctx: MigrationContext) -> dict:
@@ -366,7 +377,7 @@ def final_check(ctx: MigrationContext) -> dict:
         raise MigrationError(f"final_check: the target is not proven synced (phase {run.phase}): run synced first")
     rules = _rules(ctx, "final_check")
     kv = _kv(ctx, run, "final_check")
-    if kv is not None:  # writes stopped: the keys changed since the bulk copy, then all of them compared
+    if kv is not None:  # writes stopped: the keys changed since verify's look (plan2: all) copied, compared
         _kv_step("final_check", kv.catch_up)
         kv_differ = _kv_step("final_check", kv.differences)
         if kv_differ:

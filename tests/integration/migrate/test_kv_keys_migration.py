@@ -184,6 +184,9 @@ def test_a_tenant_s_keys_move_with_it_while_it_writes_and_leave_the_source(
         assert steps.admit(ctx)["tables"] == ""  # the bulk copy (no resident table here)
         copied = writer.n
         wait_until(lambda: writer.n >= copied + 100 or writer.refused, 20, "writes after the bulk copy")
+        steps.verify_keys(ctx)  # every key compared while written: the window compares only later ones
+        looked = writer.n
+        wait_until(lambda: writer.n >= looked + 100 or writer.refused, 20, "writes after verify")
         assert writer.refused is None, writer.refused
         steps.stop_write(ctx)
         writer.thread.join(30)
@@ -202,6 +205,9 @@ def test_a_tenant_s_keys_move_with_it_while_it_writes_and_leave_the_source(
     moved = {repo: (int(bulk), int(caught)) for repo, bulk, caught in
              re.findall(r"(\w+) (\d+) \((\d+) caught up in the window\)", run.detail)}  # fmt: skip
     assert set(moved) == set(REPOS) and all(b > 0 and c > 0 for b, c in moved.values()), run.detail
+    for repo, db in REPOS.items():  # the window compared the keys written since verify, not all of them
+        state = kv_stores["b"].client(db).hgetall("zonesync:migration:kv-7")
+        assert 0 < int(state[b"window_compared"]) < int(state[b"compared_keys"]), (repo, state)
     assert len(at_stop) > 40 and any(exp for _, exp in at_stop.values()) and not all(
         exp for _, exp in at_stop.values())  # fmt: skip
     assert _keys(kv_stores, "b", "7") == at_stop  # values, and which expire (TTL kept: > 0)
@@ -231,9 +237,10 @@ def test_a_key_differing_at_the_target_fails_the_final_check_and_the_rollback_re
     kv_tenants, cluster, zones, meta, kv_stores, monkeypatch
 ):
     """A KV setting that does not parse refuses admit in one line naming it, nothing
-    copied; then a key changed in b behind the migration's back fails the final check
-    before the flip, and the rollback removes b's copies of tenant 7's keys (a keeps
-    them all; 407's in b untouched) and leaves the tenant writable in a."""
+    copied; then a key changed in b behind the migration's back fails verify's look and,
+    that look not passed, the final check's compare of every key before the flip, and the
+    rollback removes b's copies of tenant 7's keys (a keeps them all; 407's in b
+    untouched) and leaves the tenant writable in a."""
     kv_a, kv_b = _kv(kv_tenants, "a"), _kv(kv_tenants, "b")
     _seed(kv_a, kv_b)
     before = {z: {**_keys(kv_stores, z, "7"), **_keys(kv_stores, z, "407")} for z in ("a", "b")}
@@ -249,6 +256,9 @@ def test_a_key_differing_at_the_target_fails_the_final_check_and_the_rollback_re
     steps.admit(ctx)  # a re-run converges on the same copies
     assert _keys(kv_stores, "b", "7") == before["a"]
     kv_stores["b"].client(0).set("prod:session:7:stable", b"tampered")
+    with pytest.raises(steps.MigrationError, match=r"verify: the LEs' KV keys differ: sessions "
+                                                   r"prod:session:7:stable: value differs"):  # fmt: skip
+        steps.verify_keys(ctx)  # (the DAG would roll back here; the window's check sees it too)
     steps.stop_write(ctx)
     _cut_over(ctx)
     with pytest.raises(steps.MigrationError, match=r"final_check: the LEs' KV keys differ: sessions "
