@@ -139,8 +139,8 @@ class KeyWriter:
             self.n = n + 1
 
 
-def _ctx(zones, meta, run_id: str) -> steps.MigrationContext:
-    return steps.MigrationContext(meta, run_id, MigrationRequest("tenant", "7", "b", "plan1", "test"),
+def _ctx(zones, meta, run_id: str, mode: str = "plan1") -> steps.MigrationContext:
+    return steps.MigrationContext(meta, run_id, MigrationRequest("tenant", "7", "b", mode, "test"),
                                   lambda z: zones[z].connect("zonesync_app"), actor="test", max_txn_ms=200)  # fmt: skip
 
 
@@ -274,3 +274,28 @@ def test_a_key_differing_at_the_target_fails_the_final_check_and_the_rollback_re
     version = EntityRegistry(meta).head()
     wait_until(lambda: kv_a.guard.state.version >= version, 10, "a runs the rollback's version")
     kv_a.set("sessions", "last_order:7", "72")
+
+
+def test_plan2_moves_the_keys_inside_its_window_and_compares_every_one(kv_tenants, cluster, zones, meta, kv_stores):
+    """plan2 stops tenant 7 first, then copies its keys and (no verify) compares all of
+    them in the window: b holds exactly a's keys, with their values and expiry."""
+    kv_a, kv_b = _kv(kv_tenants, "a"), _kv(kv_tenants, "b")
+    _seed(kv_a, kv_b)
+    before = _keys(kv_stores, "a", "7")
+    ctx = _ctx(zones, meta, "kv-plan2-7", mode="plan2")
+    steps.preflight(ctx)
+    assert steps.stop_first(ctx, max_rows=1000)["stop_version"]
+    with pytest.raises(EntityWriteStopped):
+        kv_a.set("sessions", "last_order:7", "stopped")
+    steps.admit(ctx)
+    _cut_over(ctx)
+    steps.final_check(ctx)
+    steps.flip(ctx)
+    run = steps.lift(ctx)
+    assert run.status == "succeeded", run
+    for db in REPOS.values():  # no look before the stop: the window compared every key
+        state = kv_stores["b"].client(db).hgetall("zonesync:migration:kv-plan2-7")
+        assert b"compared" not in state and int(state[b"window_compared"]) == int(state[b"bulk"]) > 0, state
+    assert _keys(kv_stores, "b", "7") == before
+    assert steps.release(ctx) == {"kv:chat_cache": 20, "kv:sessions": 32}
+    assert _keys(kv_stores, "a", "7") == {}
