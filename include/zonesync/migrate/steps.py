@@ -45,59 +45,34 @@ final_check, the target's copies removed by the rollback, the source's by releas
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from zonesync.apply.tools.progress import is_applied
 from zonesync.capture.binlog import binlog_end
-from zonesync.meta.db import MetaConfig, MetaError
+from zonesync.meta.db import MetaConfig
 from zonesync.meta.entities import EntityRegistry
 from zonesync.meta.guards import AckTimeout, UnhealthyGuards, require_healthy, wait_acks
 from zonesync.meta.store import MetaStore
 from zonesync.migrate import final_check as le_sums
 from zonesync.migrate import gate as migration_gate
-from zonesync.migrate import kv_keys, resident
+from zonesync.migrate import resident
 from zonesync.migrate import verify as verify_check
+from zonesync.migrate.context import MigrationContext as MigrationContext
+from zonesync.migrate.context import MigrationError as MigrationError
+from zonesync.migrate.context import rules_of, running, with_zone
+from zonesync.migrate.moving import admit as admit
+from zonesync.migrate.moving import (
+    before_the_copy,
+    check_keys_in_window,
+    kv_moved,
+    resident_tables,
+    undo_admit,
+    verify_keys,
+)
+from zonesync.migrate.moving import release as release
+from zonesync.migrate.moving import stock_run_id as stock_run_id
 from zonesync.migrate.request import AlreadyMigrating, MigrationRefused, MigrationRequest, UnknownBizEntity
 from zonesync.migrate.store import FAILED, ROLLED_BACK, RUNNING, SUCCEEDED, Migration, MigrationStore
-
-
-class MigrationError(MetaError):
-    """A step that could not do its part (the DAG's task fails; before flip, rollback runs)."""
-
-
-@dataclass
-class MigrationContext:
-    meta: MetaConfig
-    run_id: str
-    request: MigrationRequest
-    zone_conn: Callable  # zone name -> a new DB-API connection to its app database
-    actor: str = "airflow"
-    ack_timeout_s: float = 10.0
-    # waited after the stop's acks before P: the longest transaction a writer outside the
-    # guard's commit recheck may still commit (None: the rules' txn_deadline_ms)
-    max_txn_ms: int | None = None
-
-    @property
-    def store(self) -> MigrationStore:
-        return MigrationStore(self.meta)
-
-
-def _with(ctx: MigrationContext, zone: str, fn):
-    conn = ctx.zone_conn(zone)
-    try:
-        return fn(conn)
-    finally:
-        conn.close()
-
-
-def _running(ctx: MigrationContext) -> Migration:
-    run = ctx.store.require(ctx.run_id)
-    if run.status != RUNNING or run.phase == "rolling_back":
-        raise MigrationError(f"migration {ctx.run_id} is {run.status} ({run.phase}): {run.detail or ''}".strip())
-    return run
 
 
 def _publish(
@@ -167,7 +142,7 @@ def preflight(ctx: MigrationContext) -> Migration:
         require_healthy(ctx.meta, set(zones))
     except UnhealthyGuards as exc:
         raise MigrationRefused(f"guards: {exc}") from None
-    halted = _with(ctx, req.target_zone, lambda conn: _halted(conn, biz.zone))
+    halted = with_zone(ctx, req.target_zone, lambda conn: _halted(conn, biz.zone))
     if halted:
         raise MigrationRefused(f"to: zone {req.target_zone} halted partitions {halted} of zone {biz.zone}'s stream: "
                                "resume them (`zonesync resume`) first")  # fmt: skip
@@ -183,39 +158,16 @@ def _halted(conn, source_zone: str) -> list[int]:
     return found
 
 
-def stock_run_id(run_id: str) -> str:
-    """The stock copy's run id (its chunks' state, in the target's zonesync.copy_chunks)."""
-    return f"{run_id}.stock"
-
-
-def _rules(ctx: MigrationContext, step: str | None = None):
-    found = MetaStore(ctx.meta).rules_at()
-    if found is None:
-        raise MigrationError(f"{step + ': ' if step else ''}no rules version: publish rules first")
-    return found[1]
-
-
-def _resident_tables(ctx: MigrationContext, run: Migration) -> dict[str, str]:
-    return resident.tables(_rules(ctx), run.entities)
-
-
-def _before_the_copy(run: Migration, step: str) -> None:
-    """plan1 copies and checks while the LEs are written; plan2 with their writes stopped."""
-    allowed = ("preflight", "checked", "stopped") if run.mode == "plan2" else ("preflight", "checked")
-    if run.phase not in allowed:
-        raise MigrationError(f"{step}: the migration is past its copy (phase {run.phase}): it runs before the cutover")
-
-
 def stop_first(ctx: MigrationContext, max_rows: int) -> dict:
     """plan2 (S004-28): the LEs' writes stopped before anything is copied, refused when their
     resident rows at the source number more than `max_rows` (the tenant would stay stopped
     through a long copy: plan1 copies while it writes). plan1: nothing."""
-    run = _running(ctx)
+    run = running(ctx)
     if run.mode != "plan2":
         return {"mode": run.mode}
     if run.stop_version is None:
-        predicates = _resident_tables(ctx, run)
-        rows = _with(ctx, run.source_zone, lambda conn: resident.count(conn, predicates))
+        predicates = resident_tables(ctx, run)
+        rows = with_zone(ctx, run.source_zone, lambda conn: resident.count(conn, predicates))
         if rows > max_rows:
             raise MigrationRefused(f"mode: plan2 stops {run.be_type} {run.be_id}'s writes while its {rows} resident "
                                    f"rows are copied, more than plan2_max_rows ({max_rows}): use plan1, which "
@@ -224,63 +176,10 @@ def stop_first(ctx: MigrationContext, max_rows: int) -> dict:
     return {"mode": run.mode, "stop_version": run.stop_version}
 
 
-def admit(ctx: MigrationContext) -> dict:
-    """Resident tables (resident.py): the target's stale copies of the LEs' rows purged and
-    the LEs admitted there, once (the target's resident_admits is the record); what the
-    stock copy's Spark job needs ({tables: '' when nothing resident moves}); then the LEs'
-    KV keys copied to the target (kv_keys.py, the bulk copy)."""
-    run = _running(ctx)
-    _before_the_copy(run, "admit")
-    kv = _kv(ctx, run, "admit")  # its settings checked before anything changes
-    rules = _rules(ctx)
-    predicates = resident.tables(rules, run.entities)
-    for zone in (run.source_zone, run.target_zone):  # what the stock copy (the full copy's job) can take
-        _with(ctx, zone, lambda conn, zone=zone: resident.check_copyable(conn, predicates, zone))
-    stock = {"run_id": stock_run_id(run.run_id), "source": run.source_zone, "target": run.target_zone,
-             "zones": f"{run.source_zone},{run.target_zone}", "tables": ",".join(predicates),
-             "where": json.dumps(resident.stock_spec(rules, predicates))}  # fmt: skip
-    if predicates and not _with(ctx, run.target_zone, lambda conn: resident.admitted(conn, run.run_id)):
-        _with(ctx, run.target_zone, lambda conn: resident.purge(conn, predicates))  # left by a crashed rollback
-        _with(ctx, run.target_zone, lambda conn: resident.admit(conn, run.run_id, run.source_zone, run.les))
-    if kv is not None:
-        _kv_step("admit", kv.bulk)
-    return stock
-
-
-def _kv(ctx: MigrationContext, run: Migration, step: str) -> kv_keys.KvMove | None:
-    """The run's KV move (kv_keys.py), None when no KV repo holds its LEs' keys."""
-    return _kv_step(step, lambda: kv_keys.mover(ctx.meta, run, ctx.zone_conn))
-
-
-def _kv_step(step: str, fn):
-    try:
-        return fn()
-    except kv_keys.KvMoveError as exc:
-        raise MigrationError(f"{step}: {exc}") from None
-
-
-def release(ctx: MigrationContext, purge_source: bool = True) -> dict:
-    """After the lift: the target's admits withdrawn (the LEs are its own now) and, unless
-    kept by policy, the source's copy of their resident rows purged. {table: rows purged}."""
-    run = ctx.store.require(ctx.run_id)
-    if run.status != SUCCEEDED:
-        raise MigrationError(f"release: migration {ctx.run_id} is {run.status} ({run.phase}): only a lifted "
-                             "migration releases its source")  # fmt: skip
-    predicates = _resident_tables(ctx, run)
-    _with(ctx, run.target_zone, lambda conn: resident.withdraw(conn, run.run_id))
-    if not purge_source:
-        return {}
-    purged = _with(ctx, run.source_zone, lambda conn: resident.purge(conn, predicates)) if predicates else {}
-    kv = _kv(ctx, run, "release")
-    if kv is not None:  # {"kv:<repo>": keys deleted at the source}
-        purged.update({f"kv:{repo}": n for repo, n in _kv_step("release", lambda: kv.remove("source")).items()})
-    return purged
-
-
 def gate(ctx: MigrationContext, max_lag_s: float, window: str) -> str | None:
     """Why the stop-write gate (gate.py, S004-15) is closed now, or None when the cutover
     may stop the LEs' writes; plan2 stopped them already (its gate is its size limit)."""
-    run = _running(ctx)
+    run = running(ctx)
     if run.stop_version is not None:
         return None
     return migration_gate.closed_because(ctx.meta, run.source_zone, run.target_zone, max_lag_s, window)
@@ -288,7 +187,7 @@ def gate(ctx: MigrationContext, max_lag_s: float, window: str) -> str | None:
 
 def stop_write(ctx: MigrationContext) -> Migration:
     """The LEs stopped in the source; every registered guard's ack; the moment stamped."""
-    run = _running(ctx)
+    run = running(ctx)
     if run.stop_version is None:
         _publish(ctx, run, run.source_zone, "STOP_WRITE", "stop", ("preflight", "checked"), "stop_version",
                  stamp="stop_published_at")  # fmt: skip
@@ -301,7 +200,7 @@ def stop_write(ctx: MigrationContext) -> Migration:
 def sync_position(ctx: MigrationContext, sleep=time.sleep) -> tuple[str, int]:
     """P: the source's binlog position once meta's clock passed the stop's acks plus the
     rules' maximum transaction time (recorded once)."""
-    run = _running(ctx)
+    run = running(ctx)
     if run.stopped_at is None:
         raise MigrationError("sync_position: the stop-write is not acked yet: run stop_write first")
     if run.position is None:
@@ -313,7 +212,7 @@ def sync_position(ctx: MigrationContext, sleep=time.sleep) -> tuple[str, int]:
         left_ms = deadline_ms - ctx.store.ms_since_stopped(ctx.run_id)
         if left_ms > 0:
             sleep(left_ms / 1000)  # a span of the protocol, on meta's clock: no event marks its end
-        position = _with(ctx, run.source_zone, binlog_end)
+        position = with_zone(ctx, run.source_zone, binlog_end)
         if position is None:
             raise MigrationError(f"sync_position: zone {run.source_zone} has no binary log: zonesync needs one")
         run = ctx.store.set_once(ctx.run_id, position_json=list(position))
@@ -322,10 +221,10 @@ def sync_position(ctx: MigrationContext, sleep=time.sleep) -> tuple[str, int]:
 
 def synced(ctx: MigrationContext) -> bool:
     """Has the target applied the source's stream up to P? (the sensor's poke)"""
-    run = _running(ctx)
+    run = running(ctx)
     if run.position is None:
         raise MigrationError("synced: no source position recorded: run sync_position first")
-    done = _with(ctx, run.target_zone, lambda conn: is_applied(ctx.meta, conn, run.source_zone, run.position))
+    done = with_zone(ctx, run.target_zone, lambda conn: is_applied(ctx.meta, conn, run.source_zone, run.position))
     if done:
         ctx.store.phase(ctx.run_id, "synced")
     return done
@@ -334,8 +233,8 @@ def synced(ctx: MigrationContext) -> bool:
 def verify_start(ctx: MigrationContext) -> dict:
     """Before the stop: the consistency check of the LEs' rows (migrate/verify.py) started;
     what its Spark job (the DAG's verify_check) needs."""
-    run = _running(ctx)
-    _before_the_copy(run, "verify_start")
+    run = running(ctx)
+    before_the_copy(run, "verify_start")
     if run.mode == "plan2":  # writes stopped: the final check compares every row exactly
         return {"check_run_id": "", "zones": "", "tables": ""}
     return verify_check.start(verify_check.check_context(ctx.meta, run, ctx.zone_conn))
@@ -344,7 +243,7 @@ def verify_start(ctx: MigrationContext) -> dict:
 def verify(ctx: MigrationContext, result: dict | None = None) -> dict:
     """The check's result turned into the migration's verdict: a difference fails the step
     (nothing is stopped yet; the DAG's rollback ends the run), a match lets the cutover go."""
-    run = _running(ctx)
+    run = running(ctx)
     if result is None and run.mode == "plan2":
         return {"tables": 0, "differ": 0, "skipped": "plan2: the final check compares with writes stopped"}
     if result is None:
@@ -359,29 +258,14 @@ def verify(ctx: MigrationContext, result: dict | None = None) -> dict:
     return report
 
 
-def verify_keys(ctx: MigrationContext) -> None:
-    """Before the stop (plan1's verify): the LEs' KV keys compared while still written
-    (kv_keys.compare_before_stop), so the window compares only those changed since; a
-    difference not in flight fails the step."""
-    kv = _kv(ctx, _running(ctx), "verify")
-    differ = _kv_step("verify", kv.compare_before_stop) if kv is not None else []
-    if differ:
-        raise MigrationError(f"verify: the LEs' KV keys differ: {'; '.join(differ)[:2000]}")
-
-
 def final_check(ctx: MigrationContext) -> dict:
     """Writes stopped and the target synced: the LEs' rows counted and checksummed per table
     in both zones; a difference fails the step (the rollback follows: no flip)."""
-    run = _running(ctx)
+    run = running(ctx)
     if run.phase not in ("synced", "verified"):
         raise MigrationError(f"final_check: the target is not proven synced (phase {run.phase}): run synced first")
-    rules = _rules(ctx, "final_check")
-    kv = _kv(ctx, run, "final_check")
-    if kv is not None:  # writes stopped: the keys changed since verify's look (plan2: all) copied, compared
-        _kv_step("final_check", kv.catch_up)
-        kv_differ = _kv_step("final_check", kv.differences)
-        if kv_differ:
-            raise MigrationError(f"final_check: the LEs' KV keys differ: {'; '.join(kv_differ)[:2000]}")
+    rules = rules_of(ctx, "final_check")
+    check_keys_in_window(ctx, run)
     counts, differ = le_sums.compare(rules, run.entities, (run.source_zone, run.target_zone),
                                      sorted(MetaStore(ctx.meta).zones().values()), ctx.zone_conn)  # fmt: skip
     if differ:
@@ -420,18 +304,9 @@ def lift(ctx: MigrationContext) -> Migration:
     if run.status == RUNNING:
         ctx.store.finish(ctx.run_id, SUCCEEDED, f"{len(run.les)} locating entities moved {run.source_zone} -> "
                          f"{run.target_zone}; stop-write window {run.window_ms:.0f} ms"
-                         f"{_kv_moved(ctx, run)}{_joined(ctx, run)}",
+                         f"{kv_moved(ctx, run)}{_joined(ctx, run)}",
                          phase="lifted")  # fmt: skip
     return ctx.store.require(ctx.run_id)
-
-
-def _kv_moved(ctx: MigrationContext, run: Migration) -> str:
-    """The KV keys moved per repo, for the outcome (never what holds the lift back)."""
-    try:
-        kv = _kv(ctx, run, "lift")
-        return kv_keys.summary(kv.moved()) if kv is not None else ""
-    except Exception as exc:  # noqa: BLE001 - a KV store down after the flip: the tenant is lifted all the same
-        return f"; KV keys moved: not counted ({str(exc)[:200]})"
 
 
 def _joined(ctx: MigrationContext, run: Migration) -> str:
@@ -442,18 +317,6 @@ def _joined(ctx: MigrationContext, run: Migration) -> str:
     joined = [f"{le.le_type} {le.le_id}" for le in (found[1] if found else ())
               if (le.le_type, le.le_id) not in own and le.zone == run.target_zone]  # fmt: skip
     return f"; registered in {run.target_zone} during the run: {', '.join(joined)}" if joined else ""
-
-
-def _undo_admit(ctx: MigrationContext, run: Migration) -> None:
-    """Before the flip: the target no longer admits the LEs, and its partial copy of their
-    resident rows is purged (withdrawn first: no applier adds a row after the purge)."""
-    predicates = _resident_tables(ctx, run)
-    if predicates:  # (both idempotent: a rollback retried after a crash does them again)
-        _with(ctx, run.target_zone, lambda conn: resident.withdraw(conn, run.run_id))
-        _with(ctx, run.target_zone, lambda conn: resident.purge(conn, predicates))
-    kv = _kv(ctx, run, "rollback")
-    if kv is not None:  # the keys the run wrote at the target (no guard writes them before the flip)
-        _kv_step("rollback", lambda: kv.remove("target"))
 
 
 def rollback(ctx: MigrationContext, why: str | None = None) -> str:
@@ -468,7 +331,7 @@ def rollback(ctx: MigrationContext, why: str | None = None) -> str:
     if not store.claim_phase(ctx.run_id, "rolling_back"):
         return "not rolled back: flip has started (past the point of no return); run flip and lift again"
     why = why or run.detail or "a step failed (see the run's task logs)"
-    _undo_admit(ctx, run)
+    undo_admit(ctx, run)
     # stop_write publishes and records its version in one commit that checks the phase, so
     # after the claim the row tells whether writes were stopped, and no stop follows
     run = store.require(ctx.run_id)

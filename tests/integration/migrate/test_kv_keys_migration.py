@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from tests.support.background import wait_until
+from tests.support.kv_rules import with_chat_cache
 from zonesync import cli
 from zonesync.dal.errors import EntityWriteStopped, WrongZone
 from zonesync.dal.kv import KvGuard
@@ -27,21 +28,7 @@ from zonesync.tagging.tag_store import KV_TABLE, TagStore
 
 pytestmark = pytest.mark.integration
 
-DIGITS = {"tenant_id": {"digits": True}}
-RULES = {
-    "mysql": [{"repo": "zonesync_app", "table": "orders", "index_keys": ["order_id"],
-               "entity": {"type": "tenant", "field": "tenant_id"}}],
-    "kv": [
-        {"repo": "sessions", "pattern": "{{env}}:session:{{tenant_id}}:{{token}}",
-         "entity": {"type": "tenant", "field": "tenant_id"},
-         "where": {"env": {"not_contains": ":"}, "tenant_id": {"digits": True}}},
-        {"repo": "sessions", "pattern": "last_order:{{tenant_id}}", "entity": {"type": "tenant", "field": "tenant_id"},
-         "where": DIGITS},
-        {"repo": "chat_cache", "pattern": "chat:{{tenant_id}}:{{msg}}", "entity": {"type": "tenant",
-                                                                                    "field": "tenant_id"},
-         "where": DIGITS},
-    ],
-}  # fmt: skip
+RULES = with_chat_cache()
 REPOS = {"sessions": 0, "chat_cache": 1}
 
 

@@ -21,6 +21,7 @@ import time
 import pytest
 
 from tests.support.background import wait_until
+from tests.support.kv_rules import RULES
 from zonesync import cli
 from zonesync.dal.errors import EntityWriteStopped, KeyAmbiguous, KeyUntagged, WrongZone
 from zonesync.dal.kv import STREAM, KvGuard
@@ -36,17 +37,6 @@ from zonesync.tagging.tag_store import KV_TABLE, TagStore
 
 pytestmark = pytest.mark.integration
 
-RULES = {
-    "mysql": [{"repo": "zonesync_app", "table": "orders", "index_keys": ["order_id"],
-               "entity": {"type": "tenant", "field": "tenant_id"}}],
-    "kv": [
-        {"repo": "sessions", "pattern": "{{env}}:session:{{tenant_id}}:{{token}}",
-         "entity": {"type": "tenant", "field": "tenant_id"},
-         "where": {"env": {"not_contains": ":"}, "tenant_id": {"digits": True}}},
-        {"repo": "sessions", "pattern": "last_order:{{tenant_id}}", "entity": {"type": "tenant", "field": "tenant_id"},
-         "where": {"tenant_id": {"digits": True}}},
-    ],
-}  # fmt: skip
 REPOS = ("sessions", "chat_cache")
 
 
