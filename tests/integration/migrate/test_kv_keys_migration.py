@@ -6,11 +6,14 @@ removes the target's copies only."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 
 import pytest
 
+from tests.support import migration_process
 from tests.support.background import wait_until
 from tests.support.kv_rules import with_chat_cache
 from zonesync import cli
@@ -286,3 +289,31 @@ def test_plan2_moves_the_keys_inside_its_window_and_compares_every_one(kv_tenant
     assert _keys(kv_stores, "b", "7") == before
     assert steps.release(ctx) == {"kv:chat_cache": 20, "kv:sessions": 32}
     assert _keys(kv_stores, "a", "7") == {}
+
+
+def test_a_bulk_copy_killed_mid_way_converges_when_run_again(kv_tenants, cluster, zones, meta, kv_stores):
+    """admit's bulk copy of tenant 7's 20,000 keys killed -9 in a process of its own once
+    b holds some of them: admit run again copies the rest from the same start S, and b
+    holds exactly a's keys."""
+    kv_a, kv_b = _kv(kv_tenants, "a"), _kv(kv_tenants, "b")
+    _seed(kv_a, kv_b)
+    for i in range(20_000):
+        kv_a.set("chat_cache", f"chat:7:bulk{i}", f"m{i}")
+    before = _keys(kv_stores, "a", "7")
+    chat = kv_stores["b"].client(REPOS["chat_cache"])
+    ctx = _ctx(zones, meta, "kv-kill-7")
+    steps.preflight(ctx)
+    child = migration_process.spawn(meta, zones, "kv-kill-7", "7", "b", ["admit"])
+    try:
+        wait_until(lambda: chat.dbsize() >= 1_000 or child.poll() is not None, 60, "b holds part of the copy",
+                   step=0.002)  # fmt: skip
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(30)
+    assert child.returncode == -signal.SIGKILL, "admit ended before it was killed: kill it earlier"
+    part = len(_keys(kv_stores, "b", "7"))
+    assert 0 < part < len(before), part
+    start = chat.hget("zonesync:migration:kv-kill-7", "start")
+    steps.admit(ctx)
+    assert chat.hget("zonesync:migration:kv-kill-7", "start") == start  # S recorded once
+    assert _keys(kv_stores, "b", "7") == before
