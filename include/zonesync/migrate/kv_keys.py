@@ -168,6 +168,17 @@ class KvMove:
                 src.close(), dst.close()
         return _first(out, limit)
 
+    def count(self) -> int:
+        """How many keys of the LEs the source holds (what a copy would move), every repo."""
+        total = 0
+        for repo in self.repos:
+            client = self._client(self.source, repo)
+            try:
+                total += sum(not deleted for _, deleted, _ in self._known(self.source, client, repo).values())
+            finally:
+                client.close()
+        return total
+
     def remove(self, side: str) -> dict[str, int]:
         """The LEs' keys deleted in `side` ('source' | 'target'), each with its log entry
         (deleted in the zone's tags); {repo: keys that were there}."""

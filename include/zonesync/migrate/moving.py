@@ -92,6 +92,12 @@ def verify_keys(ctx: MigrationContext) -> None:
         raise MigrationError(f"verify: the LEs' KV keys differ: {'; '.join(differ)[:2000]}")
 
 
+def keys_to_move(ctx: MigrationContext, run: Migration) -> int:
+    """How many KV keys of the LEs the source holds (0: none, or no KV repo has their types)."""
+    kv = kv_move(ctx, run, "stop_first")
+    return kv_step("stop_first", kv.count) if kv is not None else 0
+
+
 def check_keys_in_window(ctx: MigrationContext, run: Migration) -> None:
     """(final_check: writes stopped, the target synced) the keys changed since verify's look
     (plan2: every key) caught up and compared; MigrationError naming those that differ."""

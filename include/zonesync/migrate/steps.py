@@ -64,6 +64,7 @@ from zonesync.migrate.moving import admit as admit
 from zonesync.migrate.moving import (
     before_the_copy,
     check_keys_in_window,
+    keys_to_move,
     kv_moved,
     resident_tables,
     undo_admit,
@@ -160,18 +161,21 @@ def _halted(conn, source_zone: str) -> list[int]:
 
 def stop_first(ctx: MigrationContext, max_rows: int) -> dict:
     """plan2 (S004-28): the LEs' writes stopped before anything is copied, refused when their
-    resident rows at the source number more than `max_rows` (the tenant would stay stopped
-    through a long copy: plan1 copies while it writes). plan1: nothing."""
+    resident rows and KV keys at the source number more than `max_rows` together (the
+    tenant would stay stopped through a long copy: plan1 copies while it writes). plan1:
+    nothing."""
     run = running(ctx)
     if run.mode != "plan2":
         return {"mode": run.mode}
     if run.stop_version is None:
         predicates = resident_tables(ctx, run)
         rows = with_zone(ctx, run.source_zone, lambda conn: resident.count(conn, predicates))
-        if rows > max_rows:
-            raise MigrationRefused(f"mode: plan2 stops {run.be_type} {run.be_id}'s writes while its {rows} resident "
-                                   f"rows are copied, more than plan2_max_rows ({max_rows}): use plan1, which "
-                                   "copies while it writes, or raise the limit")  # fmt: skip
+        keys = keys_to_move(ctx, run)
+        if rows + keys > max_rows:
+            what = f"{rows} resident rows" + (f" and {keys} KV keys" if keys else "")
+            raise MigrationRefused(f"mode: plan2 stops {run.be_type} {run.be_id}'s writes while its {what} are "
+                                   f"copied, more than plan2_max_rows ({max_rows}): use plan1, which copies while "
+                                   "it writes, or raise the limit")  # fmt: skip
     run = stop_write(ctx)
     return {"mode": run.mode, "stop_version": run.stop_version}
 

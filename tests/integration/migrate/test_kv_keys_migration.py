@@ -267,13 +267,18 @@ def test_a_key_differing_at_the_target_fails_the_final_check_and_the_rollback_re
 
 
 def test_plan2_moves_the_keys_inside_its_window_and_compares_every_one(kv_tenants, cluster, zones, meta, kv_stores):
-    """plan2 stops tenant 7 first, then copies its keys and (no verify) compares all of
-    them in the window: b holds exactly a's keys, with their values and expiry."""
+    """plan2 is refused when the tenant's rows and keys together pass plan2_max_rows (its
+    52 keys, limit 50); with room, it stops tenant 7 first, then copies its keys and (no
+    verify) compares all of them in the window: b holds exactly a's keys, with their
+    values and expiry."""
     kv_a, kv_b = _kv(kv_tenants, "a"), _kv(kv_tenants, "b")
     _seed(kv_a, kv_b)
     before = _keys(kv_stores, "a", "7")
     ctx = _ctx(zones, meta, "kv-plan2-7", mode="plan2")
     steps.preflight(ctx)
+    refused = r"^mode: plan2 stops tenant 7's writes while its 0 resident rows and 52 KV keys are copied, more "
+    with pytest.raises(MigrationRefused, match=refused + r"than plan2_max_rows \(50\)"):
+        steps.stop_first(ctx, max_rows=50)
     assert steps.stop_first(ctx, max_rows=1000)["stop_version"]
     with pytest.raises(EntityWriteStopped):
         kv_a.set("sessions", "last_order:7", "stopped")
