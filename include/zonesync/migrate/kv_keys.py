@@ -15,16 +15,16 @@ every KV repo move from the source zone's KV store to the target's, as resident 
               A key that differs and changed at the source after C is in flight (the
               window brings it); any other difference fails verify, before anything is
               stopped. C is kept only when none did.
-    catch_up  (final_check, inside the stop-write window: after the stop's acks no guard
+    in_window  (final_check, inside the stop-write window: after the stop's acks no guard
               writes an LE's key anywhere) only the keys changed after C (S when no look
-              before the stop passed): copied again, or deleted at the target;
-    differences  (final_check) the same comparison of those keys only (all of them when
-              no look before the stop passed: plan2), so the window costs the keys written
-              since verify, not the LEs' whole key set; a difference fails the step, the
-              run rolls back. (A key changed at the target behind the run's back after
-              verify is not seen there, as a row changed so would be by the rows' final
-              checksums: the target's keys of an LE are written by nobody else before the
-              flip, the guard refusing them.)
+              before the stop passed): copied again, or deleted at the target, then the
+              same comparison of those keys only (all of them when no look before the stop
+              passed: plan2), so the window costs the keys written since verify, not the
+              LEs' whole key set; a difference fails the step, the run rolls back. (A key
+              changed at the target behind the run's back after verify is not seen there,
+              as a row changed so would be by the rows' final checksums: the target's keys
+              of an LE are written by nobody else before the flip, the guard refusing
+              them.)
     remove    rollback (before the flip): the keys the run wrote at the target;
               release (after the lift, unless keep_source_copy): the source's copies.
 
@@ -136,33 +136,24 @@ class KvMove:
                 src.close(), dst.close()
         return _first(out, limit)
 
-    def catch_up(self) -> dict[str, int]:
-        """The keys changed at the source since C (else S), copied or deleted: {repo: keys}."""
-        out = {}
-        for repo in self.repos:
-            src, dst = self._client(self.source, repo), self._client(self.target, repo)
-            try:
-                changed = self._known(self.source, src, repo, after=self._since(dst, repo))
-                out[repo] = len(changed)
-                self._copy(src, dst, changed)
-                dst.hset(self.state_key, "caught_up", out[repo])
-            finally:
-                src.close(), dst.close()
-        return out
-
-    def differences(self, limit: int = 10) -> list[str]:
-        """`repo key: why` of each LE key that differs between source and target: those
-        changed at the source since C, or every one when no C was recorded."""
+    def in_window(self, limit: int = 10) -> list[str]:
+        """(final_check, writes stopped) the keys changed at the source since C (else S)
+        copied again or deleted at the target, then compared: those keys, or every key of
+        the LEs when no C was recorded. `repo key: why` of each that differs."""
         out: list[str] = []
         for repo in self.repos:
             src, dst = self._client(self.source, repo), self._client(self.target, repo)
             try:
                 compared = dst.hget(self.state_key, "compared")
+                changed = self._known(
+                    self.source, src, repo, after=compared.decode() if compared is not None else self._start(dst, repo)
+                )
+                self._copy(src, dst, changed)
                 if compared is None:
                     keys = set(self._known(self.source, src, repo)) | set(self._known(self.target, dst, repo))
-                else:
-                    keys = set(self._known(self.source, src, repo, after=compared.decode()))
-                dst.hset(self.state_key, "window_compared", len(keys))
+                else:  # no guard writes an LE's key now: the keys just caught up are those that changed
+                    keys = set(changed)
+                dst.hset(self.state_key, mapping={"caught_up": len(changed), "window_compared": len(keys)})
                 out += [f"{repo} {key}: {why}" for key, why in self._compared(src, dst, keys)]
             finally:
                 src.close(), dst.close()
@@ -218,11 +209,6 @@ class KvMove:
             raise KvMoveError(f"repo {repo}: no bulk copy recorded at zone {self.target.zone} for "
                               f"{self.run_id}: run admit first")  # fmt: skip
         return start.decode()
-
-    def _since(self, dst, repo: str) -> str:
-        """C when a look before the stop passed, else S."""
-        compared = dst.hget(self.state_key, "compared")
-        return compared.decode() if compared is not None else self._start(dst, repo)
 
     def _compared(self, src, dst, keys: set[str]) -> list[tuple[str, str]]:
         """(key, why) of each of `keys` whose value, presence or expiry differs."""
