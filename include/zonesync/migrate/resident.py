@@ -50,9 +50,7 @@ def stock_spec(rules: RuleSet, predicates: dict[str, str]) -> dict[str, dict]:
 def check_copyable(conn, predicates: dict[str, str], zone: str) -> None:
     """MigrationRefused naming a resident table the stock copy (the full copy's job) cannot
     take in this zone: missing, no integer primary key, or other unique keys."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT DATABASE()")
-        (schema,) = cur.fetchone()
+    schema = _schema(conn)
     for table in sorted(predicates):
         try:
             copyable(conn, schema, table, zone)
@@ -134,13 +132,17 @@ def purge(conn, predicates: dict[str, str], batch: int = PURGE_BATCH, each_batch
 
 def key_of(conn, table: str) -> list[str]:
     """The table's primary-key columns in this zone (MigrationRefused when it has none)."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT DATABASE()")
-        (schema,) = cur.fetchone()
-    cols = [c for c, _ in key_columns(conn, schema, table)]
+    cols = [c for c, _ in key_columns(conn, _schema(conn), table)]
     if not cols:
         raise MigrationRefused(f"tables: {table} is missing in this zone or has no primary key")
     return cols
+
+
+def _schema(conn) -> str:
+    """The database the zone's connection uses (the app's)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT DATABASE()")
+        return cur.fetchone()[0]
 
 
 def _after(cols: list[str], last: tuple | None, hi: tuple | None) -> tuple[str, list]:
