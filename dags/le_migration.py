@@ -21,8 +21,9 @@ Resident tables (rows only in the tenant's unit): admit makes the target apply t
 tenant's resident rows from the source's stream, stock copies them (the full copy's Spark
 job, by the tenant's entity predicate; skipped when nothing resident moves), release
 purges the source's copy after the lift (unless keep_source_copy). KV keys (each zone's
-own) move in the same tasks: copied in admit, caught up and compared in the cutover's final
-check, deleted at the source by release, removed from the target by rollback.
+own) move in the same tasks: copied in admit, compared in verify, those changed since caught
+up and compared in the cutover's final check, deleted at the source by release, removed from
+the target by rollback.
 
 verify compares the tenant's rows row by row while it is still written (the check's Spark
 job, lag-aware); a difference ends the run before anything is stopped. cutover is the

@@ -39,8 +39,9 @@ Resident tables (rows only in the LEs' unit; resident.py) add three steps: admit
 target applies the LEs' resident rows from the source's stream from then on) and the stock
 copy (Spark) before verify, and release (the source's copy purged) after the lift; the
 rollback withdraws the admit and purges the target's partial copy. KV keys (kv_keys.py)
-move beside them: a bulk copy in admit, the keys changed since caught up and compared in
-final_check, the target's copies removed by the rollback, the source's by release.
+move beside them: a bulk copy in admit, every key compared in verify (plan1), the keys
+changed since caught up and compared in final_check, the target's copies removed by the
+rollback, the source's by release.
 """
 
 from __future__ import annotations
