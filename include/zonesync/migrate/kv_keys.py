@@ -123,8 +123,9 @@ class KvMove:
             src, dst = self._client(self.source, repo), self._client(self.target, repo)
             try:
                 mark = _last_id(src)  # C: before the catch-up reads the log
-                self._copy(src, dst, self._known(self.source, src, repo, after=self._start(dst, repo)))
-                keys = set(self._known(self.source, src, repo)) | set(self._known(self.target, dst, repo))
+                known, since = self._known(self.source, src, repo), entry_version(self._start(dst, repo))
+                self._copy(src, dst, {key: seen for key, seen in known.items() if seen[0] > since})  # changed after S
+                keys = set(known) | set(self._known(self.target, dst, repo))
                 differ = self._compared(src, dst, keys)
                 if differ:  # a key written at the source since C: the window's catch-up brings it
                     moving = self._known(self.source, src, repo, after=mark)
