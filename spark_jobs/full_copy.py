@@ -82,9 +82,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: str, table: str,
               columns: list[str], key: list[str], wave: list[dict], gate: str | None = None,
-              where: dict | None = None) -> None:  # fmt: skip
+              where: dict | None = None, unique: bool = False) -> None:  # fmt: skip
     """Copy a wave's chunks, Spark partition i copying chunk i from the source straight
-    into the target (ChunkCopier: read, then landed by zonesync.copy.merge's statements)."""
+    into the target (ChunkCopier: read, then landed by zonesync.copy.merge's statements).
+    `unique` (a stock copy of a table with other unique keys): every row lands through the
+    upsert that changes only its own row (merge.upsert_statement)."""
     from zonesync.copy import merge
 
     jvm, gateway = spark._jvm, spark.sparkContext._gateway
@@ -103,6 +105,8 @@ def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: s
 
     chunks = array(jvm.long, [int(c["chunk"]) for c in wave])
     key_at = array(jvm.int, merge.key_positions(columns, key))
+    entity = (where or {}).get("entity")
+    upsert = merge.upsert_statement(dst_db, table, columns, entity, key if unique else None)
     copier = jvm.zonesync.spark.ChunkCopier(
         endpoint(*src, "time_zone='+00:00'"),
         # copied rows never reach the target's replicator (S001-13)
@@ -112,8 +116,7 @@ def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: s
                  for c in wave]),
         strings([merge.range_statement(dst_db, table, key, c["lo"], c["hi"]) for c in wave]),
         strings([merge.cleanup_statement(dst_db, table, key, c["lo"], c["hi"]) for c in wave]),
-        key_at, merge.insert_statement(dst_db, table, columns),
-        merge.upsert_statement(dst_db, table, columns, (where or {}).get("entity")),
+        key_at, upsert if unique else merge.insert_statement(dst_db, table, columns), upsert,
         merge.LOCK_CHUNK, merge.ANY_TOMBSTONE, merge.MARK_DONE, 5000, gate,
     )  # fmt: skip
     # an RDD of the numbers 0..n-1, one per partition: no Spark SQL planning or codegen
@@ -175,8 +178,10 @@ class TableCopy:
         src, dst = db_connect(self.src_url, self.src_props), db_connect(self.dst_url, self.dst_props)
         planner = None
         try:
-            self.key = chunk_plan.check_copyable(src, self.src_db, table, args.source)
-            chunk_plan.check_copyable(dst, self.dst_db, table, args.target)
+            entity = (self.where or {}).get("entity")
+            self.key = chunk_plan.check_copyable(src, self.src_db, table, args.source, entity)
+            chunk_plan.check_copyable(dst, self.dst_db, table, args.target, entity)
+            self.unique = bool(chunk_plan.unique_keys(dst, self.dst_db, table))
             self.columns = [c for c, _ in _columns(dst, self.dst_db, table)]
             self.stage = stage_name(args.run_id, table)
             stored = chunk_plan.read(dst, args.run_id, table)
@@ -222,10 +227,10 @@ class TableCopy:
             args = (self.spark, source, target, self.args.run_id, self.src_db, self.dst_db, self.table, self.columns,
                     self.key, wave)  # fmt: skip
             if self.staged is None:
-                copy_wave(*args, where=self.where)
+                copy_wave(*args, where=self.where, unique=self.unique)
             else:  # (tests) the wave read, every earlier one landed, this one not yet
                 with Gate(self.dst_url, self.dst_props, self.args.run_id) as gate:
-                    gate.run(functools.partial(copy_wave, *args, gate=gate.sql, where=self.where),
+                    gate.run(functools.partial(copy_wave, *args, gate=gate.sql, where=self.where, unique=self.unique),
                              functools.partial(self.staged, self.table, wave))  # fmt: skip
             self.done += len(wave)
             left = None if left is None else left - len(wave)

@@ -79,6 +79,22 @@ def test_the_stock_copy_never_overwrites_another_entitys_row_with_its_key():
     assert "<=>" not in upsert_statement("app", "notes", ["note_id", "body", "_zs_version"])  # the full copy's
 
 
+def test_a_stock_copy_of_a_table_with_other_unique_keys_changes_only_the_copied_row():
+    """S004-10: with unique keys besides the primary key, every copied row lands through the
+    upsert, which changes a row it meets only if that is the same row (its key too), and
+    leaves an update that would meet a third row (IGNORE): a row of its own entity still
+    holding a value the source moved on from, which the stream moves."""
+    cols = ["note_id", "tenant_id", "slug", "_zs_version"]
+    sql = upsert_statement("app", "notes", cols, "tenant_id", ["note_id"])
+    assert sql.startswith("INSERT IGNORE INTO `app`.`notes`"), sql
+    same = (
+        "VALUES(`_zs_version`) > `_zs_version` AND `tenant_id` <=> VALUES(`tenant_id`) "
+        "AND `note_id` <=> VALUES(`note_id`)"
+    )
+    assert f"`slug` = IF({same}, VALUES(`slug`), `slug`)" in sql, sql
+    assert upsert_statement("app", "notes", cols, "tenant_id").startswith("INSERT INTO")  # without other unique keys
+
+
 def test_an_applier_locks_an_admitted_row_that_meets_another_entitys_row_with_its_key():
     """S004-36 in the stream: in copy mode a resident row is decided by version alone, but a
     target row of another entity with the same key is locked, never overwritten; the same

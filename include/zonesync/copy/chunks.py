@@ -46,8 +46,14 @@ def key_columns(conn, schema: str, table: str) -> list[tuple[str, str]]:
     return [(c, t.lower()) for c, t in rows]
 
 
-def check_copyable(conn, schema: str, table: str, zone: str) -> list[str]:
-    """The table's key columns; CopyRefused when the copy cannot keep its promises for it."""
+def check_copyable(conn, schema: str, table: str, zone: str, entity_column: str | None = None) -> list[str]:
+    """The table's key columns; CopyRefused when the copy cannot keep its promises for it.
+
+    Unique keys besides the primary key are refused, except in a migration's stock copy
+    (`entity_column`: its rows are one entity's) when every such key holds the entity
+    column: a copied row can then meet, through one, only a row of its own entity, one the
+    stream is moving away from the value (the copy's statements leave the row for the
+    stream, merge.upsert_statement)."""
     key = key_columns(conn, schema, table)
     if not key:
         raise CopyRefused(f"tables: {table} is missing in zone {zone} or has no primary key; create it there first")
@@ -57,20 +63,36 @@ def check_copyable(conn, schema: str, table: str, zone: str) -> list[str]:
             f"tables: {table}'s primary key has non-integer columns {', '.join(odd)}; full copy keys tombstones by "
             "integer keys only (docs/copy.md)"
         )
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
-            "AND TABLE_NAME = %s AND NON_UNIQUE = 0 AND INDEX_NAME <> 'PRIMARY'",
-            (schema, table),
-        )
-        unique = [r[0] for r in cur.fetchall()]
-    conn.commit()
-    if unique:
+    unique = unique_keys(conn, schema, table)
+    if unique and entity_column is None:
         raise CopyRefused(
             f"tables: {table} has unique keys besides its primary key ({', '.join(unique)}); a version-guarded "
             "upsert could meet another row through them, so full copy does not take such tables yet (docs/copy.md)"
         )
+    foreign = [name for name, cols in unique.items() if entity_column not in cols]
+    if foreign:
+        raise CopyRefused(
+            f"tables: {table} has unique keys without its entity column {entity_column} ({', '.join(foreign)}); "
+            "a moving entity's row could meet another entity's row through them: add the column to the key "
+            "(docs/migration.md)"
+        )
     return [c for c, _ in key]
+
+
+def unique_keys(conn, schema: str, table: str) -> dict[str, list[str]]:
+    """{index: its columns in order} of the table's unique keys besides the primary key."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND NON_UNIQUE = 0 AND INDEX_NAME <> 'PRIMARY' ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+            (schema, table),
+        )
+        rows = cur.fetchall()
+    conn.commit()
+    out: dict[str, list[str]] = {}
+    for name, column in rows:
+        out.setdefault(name, []).append(column)
+    return out
 
 
 def row_key(cols: list[str], alias: str = "") -> str:

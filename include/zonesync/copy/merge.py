@@ -92,18 +92,33 @@ def insert_statement(app_db: str, table: str, columns: list[str]) -> str:
     )
 
 
-def upsert_statement(app_db: str, table: str, columns: list[str], entity_column: str | None = None) -> str:
+def upsert_statement(app_db: str, table: str, columns: list[str], entity_column: str | None = None,
+                     key_cols: list[str] | None = None) -> str:  # fmt: skip
     """The version-guarded upsert of one copied row whose key the target holds (pure).
     With `entity_column` (a migration's stock copy of a resident table), a target row of
     another entity is never overwritten, whatever its version (S004-36: the copied row is
-    then missing at the target, and the migration's verify names it)."""
+    then missing at the target, and the migration's verify names it).
+
+    With `key_cols` (a stock copy of a table with other unique keys, each holding the
+    entity column: chunks.check_copyable), every row lands through this statement, and a
+    row the copied one meets is changed only if it is the same row (same key): through a
+    unique key it can meet only a row of its own entity that still holds a value the
+    source has moved on from, and the stream, applying the source's changes in order,
+    moves that row off the value before it brings this one's. IGNORE: an update that
+    would itself meet a third row through a unique key is left (MariaDB warns, 1062) the
+    same way, for the stream; a row left stays missing or older only until then, and the
+    final check counts and checksums the rows after the stream caught up."""
     cols = landing_columns(columns)
     same = f" AND {q(entity_column)} <=> VALUES({q(entity_column)})" if entity_column else ""
+    same += "".join(f" AND {q(k)} <=> VALUES({q(k)})" for k in key_cols or ())
     newer = f"VALUES({q(VERSION)}) > {q(VERSION)}{same}"
     sets = [f"{q(c)} = IF({newer}, VALUES({q(c)}), {q(c)})" for c in cols[:-1]]
     version = f"GREATEST({q(VERSION)}, VALUES({q(VERSION)}))"
     sets.append(f"{q(VERSION)} = " + (f"IF(TRUE{same}, {version}, {q(VERSION)})" if same else version))
-    return f"{insert_statement(app_db, table, columns)} ON DUPLICATE KEY UPDATE {', '.join(sets)}"
+    insert = insert_statement(app_db, table, columns)
+    if key_cols:
+        insert = insert.replace("INSERT INTO", "INSERT IGNORE INTO", 1)
+    return f"{insert} ON DUPLICATE KEY UPDATE {', '.join(sets)}"
 
 
 def cleanup_statement(app_db: str, table: str, key_cols: list[str], lo, hi) -> str:

@@ -39,11 +39,12 @@ def admit(ctx: MigrationContext) -> dict:
     kv = kv_move(ctx, run, "admit")  # its settings checked before anything changes
     rules = rules_of(ctx)
     predicates = resident.tables(rules, run.entities)
+    spec = resident.stock_spec(rules, predicates)
     for zone in (run.source_zone, run.target_zone):  # what the stock copy (the full copy's job) can take
-        with_zone(ctx, zone, lambda conn, zone=zone: resident.check_copyable(conn, predicates, zone))
+        with_zone(ctx, zone, lambda conn, zone=zone: resident.check_copyable(conn, spec, zone))
     stock = {"run_id": stock_run_id(run.run_id), "source": run.source_zone, "target": run.target_zone,
              "zones": f"{run.source_zone},{run.target_zone}", "tables": ",".join(predicates),
-             "where": json.dumps(resident.stock_spec(rules, predicates))}  # fmt: skip
+             "where": json.dumps(spec)}  # fmt: skip
     if predicates and not with_zone(ctx, run.target_zone, lambda conn: resident.admitted(conn, run.run_id)):
         with_zone(ctx, run.target_zone, lambda conn: resident.purge(conn, predicates))  # left by a crashed rollback
         with_zone(ctx, run.target_zone, lambda conn: resident.admit(conn, run.run_id, run.source_zone, run.les))

@@ -47,13 +47,14 @@ def stock_spec(rules: RuleSet, predicates: dict[str, str]) -> dict[str, dict]:
     return {t: {"where": w, "entity": rules.tables[t].entity.column} for t, w in predicates.items()}
 
 
-def check_copyable(conn, predicates: dict[str, str], zone: str) -> None:
+def check_copyable(conn, spec: dict[str, dict], zone: str) -> None:
     """MigrationRefused naming a resident table the stock copy (the full copy's job) cannot
-    take in this zone: missing, no integer primary key, or other unique keys."""
+    take in this zone: missing, no integer primary key, or a unique key without its entity
+    column. `spec`: stock_spec's."""
     schema = _schema(conn)
-    for table in sorted(predicates):
+    for table in sorted(spec):
         try:
-            copyable(conn, schema, table, zone)
+            copyable(conn, schema, table, zone, spec[table]["entity"])
         except CopyRefused as exc:
             raise MigrationRefused(f"{exc} (a resident table moves by the full copy's statements)") from None
 

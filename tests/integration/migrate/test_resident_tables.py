@@ -360,16 +360,20 @@ def test_a_tenant_s_row_meeting_another_tenant_s_row_with_its_key_is_never_overw
 
 
 def test_a_resident_table_the_stock_copy_cannot_take_is_refused_before_anything_moves(notes, guard_env, zones, meta):
-    """A unique key besides the primary key (the copy's version-guarded upsert could meet
-    another row through it): admit refuses in one line naming the table and the key, and
-    admits nothing in b."""
+    """A unique key without the entity column (a moving tenant's row could meet another
+    tenant's row through it): admit refuses in one line naming the table, the key and the
+    fix, and admits nothing in b. (Unique keys holding the entity column move:
+    test_resident_unique_keys.py.)"""
     guard_env("a")
     with zones["a"].connect("zonesync_app") as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute("ALTER TABLE notes ADD COLUMN tag VARCHAR(16) NULL, ADD UNIQUE KEY uk_notes_tag (tenant_id, tag)")
+        cur.execute("ALTER TABLE notes ADD COLUMN tag VARCHAR(16) NULL, ADD UNIQUE KEY uk_notes_tag (tag)")
     ctx = _ctx(zones, meta, "uk-7")
     steps.preflight(ctx)
-    refused = r"^tables: notes has unique keys besides its primary key \(uk_notes_tag\).* \(a resident table moves"
+    refused = (
+        r"^tables: notes has unique keys without its entity column tenant_id \(uk_notes_tag\).*add the "
+        r"column to the key.* \(a resident table moves"
+    )
     with pytest.raises(MigrationRefused, match=refused):
         steps.admit(ctx)
     with zones["b"].connect("zonesync_app") as conn:
