@@ -51,8 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--where-json",
         default="",
-        help="(a migration's stock copy) {table: {where: SQL predicate, entity: column}}: only those rows are "
-        "copied, never over another entity's row; no orphan search",
+        help="(a migration's stock copy) {table: {where: SQL predicate, entity: column[, replace_key: run id]}}: "
+        "only those rows are copied, never over another entity's row (replace_key: under new keys, through the "
+        "target's key map of that migration run); no orphan search",
     )
     add_zone_args(parser)
     args = parser.parse_args(argv)
@@ -61,7 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError:
         parser.error("--where-json is not JSON: give {table: {where: SQL predicate, entity: column}}")
     if not isinstance(args.where, dict) or not all(
-        isinstance(v, dict) and isinstance(v.get("where"), str) and v["where"] and isinstance(v.get("entity"), str)
+        isinstance(v, dict)
+        and isinstance(v.get("where"), str)
+        and v["where"]
+        and isinstance(v.get("entity"), str)
+        and (v.get("replace_key") is None or (isinstance(v["replace_key"], str) and v["replace_key"]))
         for v in args.where.values()
     ):
         parser.error("--where-json: give an object {table: {where: SQL predicate, entity: column}}")
@@ -82,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: str, table: str,
               columns: list[str], key: list[str], wave: list[dict], gate: str | None = None,
-              where: dict | None = None, unique: bool = False) -> None:  # fmt: skip
+              where: dict | None = None, unique: bool = False, into: str | None = None) -> None:  # fmt: skip
     """Copy a wave's chunks, Spark partition i copying chunk i from the source straight
     into the target (ChunkCopier: read, then landed by zonesync.copy.merge's statements).
     `unique` (a stock copy of a table with other unique keys): every row lands through the
@@ -106,7 +111,8 @@ def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: s
     chunks = array(jvm.long, [int(c["chunk"]) for c in wave])
     key_at = array(jvm.int, merge.key_positions(columns, key))
     entity = (where or {}).get("entity")
-    upsert = merge.upsert_statement(dst_db, table, columns, entity, key if unique else None)
+    land_db, land = ("zonesync", into) if into else (dst_db, table)
+    upsert = merge.upsert_statement(land_db, land, columns, entity, key if unique else None)
     copier = jvm.zonesync.spark.ChunkCopier(
         endpoint(*src, "time_zone='+00:00'"),
         # copied rows never reach the target's replicator (S001-13)
@@ -114,9 +120,9 @@ def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: s
         run_id, table, chunks,
         strings([merge.select_statement(src_db, table, columns, key, c["lo"], c["hi"], (where or {}).get("where"))
                  for c in wave]),
-        strings([merge.range_statement(dst_db, table, key, c["lo"], c["hi"]) for c in wave]),
-        strings([merge.cleanup_statement(dst_db, table, key, c["lo"], c["hi"]) for c in wave]),
-        key_at, upsert if unique else merge.insert_statement(dst_db, table, columns), upsert,
+        strings([merge.range_statement(land_db, land, key, c["lo"], c["hi"]) for c in wave]),
+        strings([merge.cleanup_statement(land_db, land, key, c["lo"], c["hi"]) for c in wave]),
+        key_at, upsert if unique else merge.insert_statement(land_db, land, columns), upsert,
         merge.LOCK_CHUNK, merge.ANY_TOMBSTONE, merge.MARK_DONE, 5000, gate,
     )  # fmt: skip
     # an RDD of the numbers 0..n-1, one per partition: no Spark SQL planning or codegen
@@ -172,6 +178,7 @@ class TableCopy:
 
     def run(self) -> dict:
         from zonesync.copy import chunks as chunk_plan
+        from zonesync.copy import replaced_stage
         from zonesync.copy.merge import stage_name
 
         args, table = self.args, self.table
@@ -184,6 +191,10 @@ class TableCopy:
             self.unique = bool(chunk_plan.unique_keys(dst, self.dst_db, table))
             self.columns = [c for c, _ in _columns(dst, self.dst_db, table)]
             self.stage = stage_name(args.run_id, table)
+            self.into = None
+            if (self.where or {}).get("replace_key"):  # landed in a stage, then merged through the key map
+                self.into = replaced_stage.stage_table(args.run_id, table)
+                replaced_stage.create_stage(dst, self.dst_db, table, self.into)
             stored = chunk_plan.read(dst, args.run_id, table)
             planner = copy_planner((self.src_url, self.src_props), (self.dst_url, self.dst_props), args.run_id, table,
                                    self.key, args.chunk_rows, stored, self.log)  # fmt: skip
@@ -197,8 +208,12 @@ class TableCopy:
             orphans = None
             if complete and self.where is None and not _target_was_empty(dst, args.run_id, table):
                 orphans = stage_orphans(self.spark, self.zones, args, table, self.key, self.stage)
-            return {"chunks": len(plan), "done": self.done, "rows": self.rows, "seconds": seconds,
-                    "orphans": orphans}  # fmt: skip
+            out = {"chunks": len(plan), "done": self.done, "rows": self.rows, "seconds": seconds, "orphans": orphans}
+            if self.into and complete:
+                out["merged"] = replaced_stage.merge(dst, self.where["replace_key"], self.dst_db, table, self.key[0],
+                                                     self.columns, self.into)  # fmt: skip
+                replaced_stage.drop_stage(dst, self.into)
+            return out
         finally:
             if planner is not None:
                 planner.close()
@@ -227,10 +242,11 @@ class TableCopy:
             args = (self.spark, source, target, self.args.run_id, self.src_db, self.dst_db, self.table, self.columns,
                     self.key, wave)  # fmt: skip
             if self.staged is None:
-                copy_wave(*args, where=self.where, unique=self.unique)
+                copy_wave(*args, where=self.where, unique=self.unique, into=self.into)
             else:  # (tests) the wave read, every earlier one landed, this one not yet
                 with Gate(self.dst_url, self.dst_props, self.args.run_id) as gate:
-                    gate.run(functools.partial(copy_wave, *args, gate=gate.sql, where=self.where, unique=self.unique),
+                    gate.run(functools.partial(copy_wave, *args, gate=gate.sql, where=self.where, unique=self.unique,
+                                               into=self.into),
                              functools.partial(self.staged, self.table, wave))  # fmt: skip
             self.done += len(wave)
             left = None if left is None else left - len(wave)

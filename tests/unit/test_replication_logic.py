@@ -601,7 +601,7 @@ def test_the_resident_tables_are_known_once_meta_answered_even_with_no_rules(mon
            "tables": {"notes": {"column": "t", "function": "modulo", "buckets": 10, "resident": True,
                                 "entity": {"type": "tenant", "column": "t"}}}}  # fmt: skip
     monkeypatch.setattr(MetaStore, "rules_at", lambda self, version=None: (3, parse(doc, "test")))
-    assert applier._read_resident() is True and applier.resident == {"notes": ("tenant", "t")}
+    assert applier._read_resident() is True and applier.resident == {"notes": ("tenant", "t", False)}
     monkeypatch.setattr(MetaStore, "rules_at", rules_at)  # down again: the last ones read stay
     answers = iter([MetaError("down")])
-    assert applier._read_resident() is True and applier.resident == {"notes": ("tenant", "t")}
+    assert applier._read_resident() is True and applier.resident == {"notes": ("tenant", "t", False)}

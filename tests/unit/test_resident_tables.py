@@ -131,8 +131,9 @@ def _event(table: str, new: dict | None, old: dict | None = None) -> ChangeEvent
 def test_an_applier_keeps_a_resident_row_only_for_an_entity_admitted_from_its_source():
     gate = ResidentGate()
     gate.tables = resident_tables(resident_rules())
-    assert gate.tables == {"notes": ("tenant", "tenant_id")}
-    gate._admitted = frozenset({("a", "tenant", "7")})
+    assert gate.tables == {"notes": ("tenant", "tenant_id", False)}
+    gate._admitted = {("a", "tenant", "7"): "run-7"}
+    assert gate.admits("a", _event("notes", {"note_id": 1, "tenant_id": 7})) == "run-7"
     assert gate.admits("a", _event("notes", {"note_id": 1, "tenant_id": 7}))
     assert gate.admits("a", _event("notes", None, {"note_id": 1, "tenant_id": 7}))  # a delete: its old row
     assert not gate.admits("a", _event("notes", {"note_id": 1, "tenant_id": 8}))

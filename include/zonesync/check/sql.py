@@ -54,20 +54,23 @@ def row_hash(columns: list[tuple[str, str]], nullable: set[str] | None = None) -
 
 
 def chunk_checksum(table: str, columns: list[tuple[str, str]], key: list[str], lo, hi, zone_ids: list[int],
-                   nullable: set[str] | None = None, where: str | None = None) -> str:  # fmt: skip
+                   nullable: set[str] | None = None, where: str | None = None,
+                   relation: str | None = None) -> str:  # fmt: skip
     """One chunk's numbers in one zone: rows, BIT_XOR of row CRCs, and the bookkeeping
     facts the Great Expectations suite checks (the smallest _zs_version, how many rows
     carry an origin that is no zone's id: counted, not summed, as SUM adds up in DECIMAL,
     8% of the query's time). A primary key column is never NULL (InnoDB). `where`: only
-    the rows it is true for (a restricted check, see below)."""
+    the rows it is true for (a restricted check, see below). `relation`: a derived table read
+    in the table's place, under its name (a migration's final check of replaced keys)."""
     names = {c for c, _ in columns}
     missing = [c for c in BOOKKEEPING if c not in names]
     if missing:
         raise ValueError(f"{table} lacks the bookkeeping columns {', '.join(missing)} (docs/table-contract.md)")
     ids = ", ".join(str(int(i)) for i in sorted(zone_ids)) or "NULL"
+    source = f"({relation}) AS {q(table)}" if relation else q(table)
     return (
         f"SELECT COUNT(*), COALESCE(BIT_XOR({row_hash(columns, nullable)}), 0), MIN(`_zs_version`), "
-        f"COUNT(IF(`_zs_origin` NOT IN ({ids}), 1, NULL)) FROM {q(table)} WHERE {predicate(key, lo, hi)}"
+        f"COUNT(IF(`_zs_origin` NOT IN ({ids}), 1, NULL)) FROM {source} WHERE {predicate(key, lo, hi)}"
         f"{f' AND {where}' if where else ''}"
     )
 

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from zonesync.check.request import entity_tables
 from zonesync.check.sql import chunk_checksum, entity_predicate
 from zonesync.rules.model import RuleSet
+from zonesync.sql_names import quote as q
 
 
 def _columns(cur, table: str) -> tuple[list[tuple[str, str]], set[str]]:
@@ -29,8 +30,23 @@ def _columns(cur, table: str) -> tuple[list[tuple[str, str]], set[str]]:
     return [(c, t.lower()) for c, t, _ in rows], {c for c, _, n in rows if n == "YES"}
 
 
-def zone_sums(conn, specs: list, entities: dict[str, list[str]], zone_ids: list[int]) -> dict[str, tuple]:
-    """{table: (rows, checksum, columns)} of the LEs' rows in one zone (its own aggregate)."""
+def source_keyed(conn, cur, table: str, columns: list[tuple[str, str]], run_id: str) -> str:
+    """The target's rows of a replace_key table under the keys they had in the source (the
+    run's key map, apply/batch/replaced_keys.py), so both zones hash the same rows alike; a
+    row the map does not know gets a key no source row has (-1 - its own), and differs."""
+    cur.execute("SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() "
+                "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY'", (table,))  # fmt: skip
+    ((key,),) = cur.fetchall()
+    rest = ", ".join(f"n.{q(c)}" for c, _ in columns if c != key)
+    return (f"SELECT COALESCE(m.source_key, -1 - CAST(n.{q(key)} AS SIGNED)) AS {q(key)}, {rest} FROM {q(table)} n "
+            f"LEFT JOIN zonesync.key_map m ON m.run_id = {conn.escape(run_id)} AND m.table_name = "
+            f"{conn.escape(table)} AND m.target_key = n.{q(key)}")  # fmt: skip
+
+
+def zone_sums(conn, specs: list, entities: dict[str, list[str]], zone_ids: list[int],
+              replaced: tuple[set[str], str] | None = None) -> dict[str, tuple]:  # fmt: skip
+    """{table: (rows, checksum, columns)} of the LEs' rows in one zone (its own aggregate).
+    `replaced` (the target of a run moving replace_key tables): (those tables, the run id)."""
     out = {}
     with conn.cursor() as cur:
         cur.execute("SET SESSION time_zone = '+00:00'")
@@ -39,8 +55,11 @@ def zone_sums(conn, specs: list, entities: dict[str, list[str]], zone_ids: list[
             if not columns:
                 out[spec.name] = (None, None, ())
                 continue
+            relation = None
+            if replaced is not None and spec.name in replaced[0]:
+                relation = source_keyed(conn, cur, spec.name, columns, replaced[1])
             sql = chunk_checksum(spec.name, columns, [], None, None, zone_ids, nullable,
-                                 where=entity_predicate(spec, entities))  # fmt: skip
+                                 where=entity_predicate(spec, entities), relation=relation)  # fmt: skip
             cur.execute(sql)
             count, crc, _, _ = cur.fetchone()
             out[spec.name] = (int(count), int(crc), tuple(sorted(columns)))
@@ -49,15 +68,17 @@ def zone_sums(conn, specs: list, entities: dict[str, list[str]], zone_ids: list[
 
 
 def compare(rules: RuleSet, entities: dict[str, list[str]], zones: tuple[str, str], zone_ids: list[int],
-            zone_conn: Callable) -> tuple[dict, list[str]]:  # fmt: skip
+            zone_conn: Callable, run_id: str = "") -> tuple[dict, list[str]]:  # fmt: skip
     """({table: {zone: rows}}, one line per table that differs) between the two zones, for
-    the rows of `entities` ({le_type: [le_id, ...]})."""
+    the rows of `entities` ({le_type: [le_id, ...]}); the target's rows of replace_key
+    tables under their source keys, by the key map of `run_id`."""
     specs = [rules.tables[name] for name in entity_tables(rules.tables, set(entities))]
+    replaced = ({s.name for s in specs if s.replace_key}, run_id)
 
     def sums_of(zone: str) -> dict:
         conn = zone_conn(zone)
         try:
-            return zone_sums(conn, specs, entities, zone_ids)
+            return zone_sums(conn, specs, entities, zone_ids, replaced if zone == zones[1] else None)
         finally:
             conn.close()
 

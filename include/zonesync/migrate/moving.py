@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from zonesync.copy import replaced_stage
 from zonesync.migrate import kv_keys, resident
 from zonesync.migrate.context import MigrationContext, MigrationError, rules_of, running, with_zone
 from zonesync.migrate.store import SUCCEEDED, Migration
@@ -39,7 +40,7 @@ def admit(ctx: MigrationContext) -> dict:
     kv = kv_move(ctx, run, "admit")  # its settings checked before anything changes
     rules = rules_of(ctx)
     predicates = resident.tables(rules, run.entities)
-    spec = resident.stock_spec(rules, predicates)
+    spec = resident.stock_spec(rules, predicates, run.run_id)
     for zone in (run.source_zone, run.target_zone):  # what the stock copy (the full copy's job) can take
         with_zone(ctx, zone, lambda conn, zone=zone: resident.check_copyable(conn, spec, zone))
     stock = {"run_id": stock_run_id(run.run_id), "source": run.source_zone, "target": run.target_zone,
@@ -125,6 +126,10 @@ def undo_admit(ctx: MigrationContext, run: Migration) -> None:
     if predicates:  # (both idempotent: a rollback retried after a crash does them again)
         with_zone(ctx, run.target_zone, lambda conn: resident.withdraw(conn, run.run_id))
         with_zone(ctx, run.target_zone, lambda conn: resident.purge(conn, predicates))
+        stages = [replaced_stage.stage_table(stock_run_id(run.run_id), t)
+                  for t, s in rules_of(ctx).resident_tables().items() if s.replace_key and t in predicates]  # fmt: skip
+        if stages:  # the run's key map and stages (its rows are purged)
+            with_zone(ctx, run.target_zone, lambda conn: resident.forget_keys(conn, run.run_id, stages))
     kv = kv_move(ctx, run, "rollback")
     if kv is not None:  # the keys the run wrote at the target (no guard writes them before the flip)
         kv_step("rollback", lambda: kv.remove("target"))

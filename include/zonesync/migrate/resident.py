@@ -27,7 +27,7 @@ from __future__ import annotations
 from zonesync.check.request import entity_tables
 from zonesync.check.sql import entity_predicate
 from zonesync.copy.chunks import check_copyable as copyable
-from zonesync.copy.chunks import key_columns
+from zonesync.copy.chunks import key_columns, unique_keys
 from zonesync.copy.request import CopyRefused
 from zonesync.migrate.request import MigrationRefused
 from zonesync.rules.model import RuleSet
@@ -42,9 +42,15 @@ def tables(rules: RuleSet, entities: dict[str, list[str]]) -> dict[str, str]:
     return {name: entity_predicate(resident[name], entities) for name in entity_tables(resident, set(entities))}
 
 
-def stock_spec(rules: RuleSet, predicates: dict[str, str]) -> dict[str, dict]:
-    """The stock copy's --where-json: {table: {where: its predicate, entity: its entity column}}."""
-    return {t: {"where": w, "entity": rules.tables[t].entity.column} for t, w in predicates.items()}
+def stock_spec(rules: RuleSet, predicates: dict[str, str], run_id: str = "") -> dict[str, dict]:
+    """The stock copy's --where-json: {table: {where: its predicate, entity: its entity column
+    [, replace_key: the run whose key map its rows land through]}}."""
+    out = {}
+    for t, w in predicates.items():
+        out[t] = {"where": w, "entity": rules.tables[t].entity.column}
+        if rules.tables[t].replace_key:
+            out[t]["replace_key"] = run_id
+    return out
 
 
 def check_copyable(conn, spec: dict[str, dict], zone: str) -> None:
@@ -57,6 +63,36 @@ def check_copyable(conn, spec: dict[str, dict], zone: str) -> None:
             copyable(conn, schema, table, zone, spec[table]["entity"])
         except CopyRefused as exc:
             raise MigrationRefused(f"{exc} (a resident table moves by the full copy's statements)") from None
+        if spec[table].get("replace_key"):
+            _check_replaceable(conn, schema, table, zone)
+
+
+def _check_replaceable(conn, schema: str, table: str, zone: str) -> None:
+    """MigrationRefused unless a replace_key table's rows can take new keys from this zone's
+    AUTO_INCREMENT as copy/replaced_stage.py does: one AUTO_INCREMENT key column, no other
+    unique key (a bulk insert meeting one would upset the keys' count), and consecutive
+    values for a bulk insert (innodb_autoinc_lock_mode 0 or 1)."""
+    fix = '(docs/migration.md, "Replaced keys")'
+    with conn.cursor() as cur:
+        cur.execute("SELECT k.COLUMN_NAME, c.EXTRA FROM information_schema.KEY_COLUMN_USAGE k JOIN "
+                    "information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA AND c.TABLE_NAME = k.TABLE_NAME "
+                    "AND c.COLUMN_NAME = k.COLUMN_NAME WHERE k.TABLE_SCHEMA = %s AND k.TABLE_NAME = %s "
+                    "AND k.CONSTRAINT_NAME = 'PRIMARY'", (schema, table))  # fmt: skip
+        key = cur.fetchall()
+        cur.execute("SELECT @@GLOBAL.innodb_autoinc_lock_mode")
+        (mode,) = cur.fetchone()
+    conn.commit()
+    if len(key) != 1 or "auto_increment" not in (key[0][1] or "").lower():
+        raise MigrationRefused(f"tables: {table} is replace_key but its primary key in zone {zone} is not one "
+                               f"AUTO_INCREMENT column: make it one, or drop replace_key {fix}")  # fmt: skip
+    if unique_keys(conn, schema, table):
+        raise MigrationRefused(f"tables: {table} is replace_key and has unique keys besides its primary key "
+                               f"({', '.join(unique_keys(conn, schema, table))}): not supported yet {fix}")  # fmt: skip
+    if int(mode) not in (0, 1):
+        raise MigrationRefused(
+            f"zone {zone} runs innodb_autoinc_lock_mode {mode}: replace_key tables need 0 or 1 "
+            f"(consecutive keys for a bulk insert): set it in the server's config {fix}"
+        )
 
 
 def count(conn, predicates: dict[str, str]) -> int:
@@ -129,6 +165,19 @@ def purge(conn, predicates: dict[str, str], batch: int = PURGE_BATCH, each_batch
             cur.execute("SET SESSION skip_replication = 0")
     conn.commit()
     return out
+
+
+def forget_keys(conn, run_id: str, stages: list[str]) -> int:
+    """A rolled-back run's key map (its rows purged already) and its stock's stages
+    (replaced_stage.py) dropped in this zone; how many entries there were."""
+    from zonesync.copy import replaced_stage
+
+    for stage in stages:
+        replaced_stage.drop_stage(conn, stage)
+    with conn.cursor() as cur:
+        n = cur.execute("DELETE FROM zonesync.key_map WHERE run_id = %s", (run_id,))
+    conn.commit()
+    return n
 
 
 def key_of(conn, table: str) -> list[str]:

@@ -271,8 +271,9 @@ def final_check(ctx: MigrationContext) -> dict:
         raise MigrationError(f"final_check: the target is not proven synced (phase {run.phase}): run synced first")
     rules = rules_of(ctx, "final_check")
     check_keys_in_window(ctx, run)
-    counts, differ = le_sums.compare(rules, run.entities, (run.source_zone, run.target_zone),
-                                     sorted(MetaStore(ctx.meta).zones().values()), ctx.zone_conn)  # fmt: skip
+    zone_ids = sorted(MetaStore(ctx.meta).zones().values())
+    counts, differ = le_sums.compare(rules, run.entities, (run.source_zone, run.target_zone), zone_ids, ctx.zone_conn,
+                                     run.run_id)  # fmt: skip
     if differ:
         raise MigrationError(f"final_check: the LEs' rows differ: {'; '.join(differ)[:2000]} (`zonesync check "
                              f"--zones {run.source_zone},{run.target_zone}` names the rows)")  # fmt: skip

@@ -66,6 +66,9 @@ class TableSpec:
     # rows live only in their entity's unit (docs/migration.md, "Resident tables"): the
     # mesh does not replicate them; a migration moves them with their entity
     resident: bool = False
+    # (resident, keyed by the zone's AUTO_INCREMENT) a migration gives each moving row a new
+    # key in the target and keeps the mapping (docs/migration.md, "Replaced keys")
+    replace_key: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class RuleSet:
                 spec["entity"] = {"type": t.entity.type, "column": t.entity.column}
             if t.resident:
                 spec["resident"] = True
+            if t.replace_key:
+                spec["replace_key"] = True
             tables[name] = spec
         return {
             "zsid_space": {"min": self.zsid_min, "max": self.zsid_max},
@@ -188,6 +193,7 @@ def parse(doc: object, source: str = "rule set") -> RuleSet:
             ranges=ranges,
             entity=EntitySpec(entity["type"], entity["column"]) if entity else None,
             resident=bool(raw.get("resident", False)),
+            replace_key=bool(raw.get("replace_key", False)),
         )
     if problems:
         raise RuleSetError(source, problems)

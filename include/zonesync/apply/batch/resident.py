@@ -21,29 +21,38 @@ flight, and the purge that follows removes everything.
 
 The admits are read again only when the head's version moved: one extra small locking
 read per transaction that touches a resident table, none for the others.
+
+The admitted events of a `replace_key` table are landed here, first in the transaction,
+through the target's key map (replaced_keys.py: each row under the key this zone gave it),
+and left out of what the batch applies.
 """
 
 from __future__ import annotations
 
+from zonesync.apply.batch import replaced_keys
 from zonesync.events import ChangeEvent, decode_row
 
 HEAD = "SELECT version FROM zonesync.resident_admits_head WHERE id = 1 LOCK IN SHARE MODE"
-ADMITS = "SELECT source_zone, le_type, le_id FROM zonesync.resident_admits"
+ADMITS = "SELECT source_zone, le_type, le_id, run_id FROM zonesync.resident_admits"
 
 
 class ResidentGate:
     """The applier's resident tables (from the newest rules) and this zone's admits."""
 
     def __init__(self):
-        # table -> (entity type, entity column): the applier's, replaced whole when the rules change
-        self.tables: dict[str, tuple[str, str]] = {}
+        # table -> (entity type, entity column, replace_key): the applier's, replaced whole when the rules change
+        self.tables: dict[str, tuple[str, str, bool]] = {}
         self._version: int | None = None
-        self._admitted: frozenset[tuple[str, str, str]] = frozenset()  # (source zone, le_type, le_id)
+        self._admitted: dict[tuple[str, str, str], str] = {}  # (source zone, le_type, le_id) -> run id
+        self.mapped = 0  # the last call's events landed through a key map
 
     def kept(self, conn, changes: list[tuple[str, list[ChangeEvent]]]) -> tuple[list, int]:
         """(the changes without the resident rows this zone does not apply, how many events
         were left out). Run first in the transaction that applies them: its shared lock on
-        the admits' head is what makes an admit wait for this transaction (see above)."""
+        the admits' head is what makes an admit wait for this transaction (see above). The
+        admitted events of replace_key tables are landed here (`mapped` of them) and left
+        out too."""
+        self.mapped = 0
         tables = self.tables
         if not tables or not any(e.table in tables for _, events in changes for e in events):
             return changes, 0
@@ -53,28 +62,37 @@ class ResidentGate:
             version = int(row[0]) if row else 0
             if version != self._version:
                 cur.execute(ADMITS)
-                self._admitted = frozenset((s, t, i) for s, t, i in cur.fetchall())
+                self._admitted = {(s, t, i): run for s, t, i, run in cur.fetchall()}
                 self._version = version
-        kept, dropped = [], 0
-        for source_zone, events in changes:
-            mine = [e for e in events if e.table not in tables or self.admits(source_zone, e)]
-            dropped += len(events) - len(mine)
-            kept.append((source_zone, mine))
-        return kept, dropped
+            kept, dropped = [], 0
+            for source_zone, events in changes:
+                mine = []
+                for e in events:
+                    if e.table not in tables:
+                        mine.append(e)
+                    elif (run_id := self.admits(source_zone, e)) is not None:
+                        if tables[e.table][2]:  # replace_key: landed here, through the map
+                            replaced_keys.apply_event(cur, run_id, e)
+                            self.mapped += 1
+                        else:
+                            mine.append(e)
+                dropped += len(events) - len(mine)
+                kept.append((source_zone, mine))
+        return kept, dropped - self.mapped
 
-    def admits(self, source_zone: str, e: ChangeEvent) -> bool:
-        """Whether the row of `e` (a resident table's) belongs to an entity admitted here
-        from `source_zone`."""
+    def admits(self, source_zone: str, e: ChangeEvent) -> str | None:
+        """The run admitting here, from `source_zone`, the entity the row of `e` (a resident
+        table's) belongs to; None when none does."""
         if not self._admitted:
-            return False
-        le_type, column = self.tables[e.table]
+            return None
+        le_type, column, _ = self.tables[e.table]
         image = e.new if e.new is not None else e.old
         value = image.get(column) if image is not None else None
         if type(value) is dict:  # a tagged value (a decimal column, say)
             value = decode_row({column: value})[column]
-        return value is not None and (source_zone, le_type, str(value)) in self._admitted
+        return None if value is None else self._admitted.get((source_zone, le_type, str(value)))
 
 
-def resident_tables(rules) -> dict[str, tuple[str, str]]:
-    """{table: (entity type, entity column)} of a rule set's resident tables."""
-    return {name: (t.entity.type, t.entity.column) for name, t in rules.resident_tables().items()}
+def resident_tables(rules) -> dict[str, tuple[str, str, bool]]:
+    """{table: (entity type, entity column, replace_key)} of a rule set's resident tables."""
+    return {name: (t.entity.type, t.entity.column, t.replace_key) for name, t in rules.resident_tables().items()}

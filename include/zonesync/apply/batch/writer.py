@@ -219,6 +219,7 @@ class ZoneWriter:
                 else:
                     result = self._apply(conn, kept, positions, read_first)  # commits (its last statement)
                 result.skipped += left_out
+                result.applied += self.resident.mapped  # (replace_key rows, landed by the gate)
                 return result
             except NotAllNew:
                 self.rollback(conn)
