@@ -37,6 +37,28 @@ def test_a_resident_table_is_declared_with_its_entity_and_round_trips():
         parse(doc)
 
 
+def test_replace_key_is_declared_on_a_resident_table_and_round_trips():
+    """need-replace-pk (S004-35): `replace_key` only on a resident table; the stock copy's
+    spec names the run whose key map its rows land through; the verify's check leaves the
+    table to the final check (its moved rows have other keys in the target)."""
+    doc = resident_rules().to_doc()
+    doc["tables"]["notes"]["replace_key"] = True
+    rules = parse(doc)
+    assert rules.tables["notes"].replace_key and parse(rules.to_doc()) == rules
+    assert resident.stock_spec(rules, {"notes": "x"}, "run-7") == {
+        "notes": {"where": "x", "entity": "tenant_id", "replace_key": "run-7"}
+    }
+    assert resident_tables(rules) == {"notes": ("tenant", "tenant_id", True)}
+    request = CheckRequest(zones=("a", "b"), entities=(("tenant", ("7",)),)).resolved({"a", "b"}, rules.tables)
+    assert "notes" not in request.tables and "orders" in request.tables
+    del doc["tables"]["notes"]["resident"]
+    with pytest.raises(RuleSetError, match=r"tables\.notes: 'resident' is a required property"):
+        parse(doc)
+    doc["tables"]["notes"]["resident"] = False
+    with pytest.raises(RuleSetError, match=r"tables\.notes\.resident: True was expected"):
+        parse(doc)
+
+
 def test_the_check_leaves_resident_tables_out_unless_it_compares_one_entity_s_rows():
     tables = resident_rules().tables
     assert CheckRequest().resolved(ZONES, tables).tables == ("orders", "tenants")
