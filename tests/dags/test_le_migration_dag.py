@@ -10,21 +10,29 @@ anything is stopped, the rollback ends the run and the tenant stays writable whe
 was; a plan2 target that does not catch up (stopped first, verify skipped) fails the cutover
 after its deferral and rolls back;
 a stop-write gate that stays closed defers, times out and rolls back with nothing stopped;
-bad params are refused before any task runs.
+a guard frozen before the stop-write fails the cutover on its ack timeout and rolls back
+(S004-27); sync reads that fail mid-poll are never taken for synced and the migration
+completes (S004-21); bad params are refused before any task runs.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import signal
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support import guard_process
 from tests.support.background import wait_until
 from tests.support.replication import wait_converged
 from tests.support.resident import note_ids, notes_table
 from tests.support.switching import wait_replication_reported
+from tests.support.tcp_proxy import TcpProxy
 from zonesync.check.steps import CUT_GRACE_US
 from zonesync.dal import EntityWriteStopped, WrongZone
 from zonesync.meta import guards
@@ -330,6 +338,172 @@ def _stop_applier_after_the_stop(meta, cluster, guard) -> None:
     cluster.stop("applier-b")
     with guard.transaction() as tx:
         tx.insert("orders", {"order_id": 7201, "tenant_id": 9, "amount": 1})
+
+
+def test_a_guard_that_never_acks_the_stop_write_rolls_back_and_the_tenant_stays_writable_in_a(
+    tenant7, meta, zones, dag
+):  # fmt: skip
+    """S004-27: a second guard of zone a (its own process) frozen with SIGSTOP once verify
+    passed, registered and healthy by its last heartbeat: the cutover's stop_write waits
+    ack_timeout_s for it and fails at once naming it; the rollback lifts the stop in a (the
+    frozen one, unhealthy by then, is not waited for); the run fails with that reason, nothing
+    flipped; a writes tenant 7 again and b refuses it. Resumed, the frozen guard catches up
+    through its keepalive and accepts tenant 7's writes in a."""
+    ga, gb = tenant7
+    proc, instance = guard_process.spawn(meta, zones, "a", 0.3, writes=True)
+    try:
+        freezer = threading.Thread(target=_freeze_once_verified, args=(meta, proc), daemon=True)
+        freezer.start()
+        run = dag.test(run_conf={**CONF, "ack_timeout_s": 1.5})
+        freezer.join(5)
+        states = _states(run)
+        assert run.state == "failed", states
+        assert states["verify"] == states["gate"] == "success" and states["cutover"] == "failed", states
+        assert states["rollback"] == "success" and states["release"] == states["report"] == "upstream_failed", states
+        tries = {ti.task_id: ti.try_number for ti in run.get_task_instances()}
+        assert tries["cutover"] == 1, tries  # an ack timeout fails for good: no retry keeps the tenant stopped
+        mig = MigrationStore(meta).require(run.run_id)
+        assert (mig.status, mig.phase, mig.flip_version) == (ROLLED_BACK, "rolling_back", None), mig
+        said = re.fullmatch(rf"stop_write: version {mig.stop_version} not acked within 1\.5 s by: "
+                            rf"{re.escape(instance)} \(zone a, runs v(\d+)\); writable in a again \(v(\d+)\)",
+                            mig.detail)  # fmt: skip
+        assert said, mig.detail  # the frozen guard, and only it, named
+        ran, rollback_version = int(said[1]), int(said[2])
+        assert ran < mig.stop_version < rollback_version
+        biz, les = EntityRegistry(meta).biz("tenant", "7")
+        assert biz.zone == "a" and {(le.zone, le.stop_write) for le in les} == {("a", False)}
+        wait_until(lambda: _accepted(ga, 7501), 10, "a accepts tenant 7 again")
+        with pytest.raises(WrongZone, match="owned by zone a"):
+            _insert(gb, 7502)
+        os.kill(proc.pid, signal.SIGCONT)
+        wait_until(lambda: _version_applied(meta, instance) >= rollback_version, 10, "the resumed guard caught up")
+        assert guard_process.insert(proc, "orders", {"order_id": 7503, "tenant_id": 7, "amount": 1}) == "ok"
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+
+
+def _freeze_once_verified(meta, proc) -> None:
+    """SIGSTOP the guard once verify passed (phase checked), before the cutover stops writes."""
+    if wait_until(lambda: meta.run("SELECT COUNT(*) FROM migrations WHERE phase = 'checked'")[0][0][0] > 0, 120,
+                  "verify passed", must=False, step=0.02):  # fmt: skip
+        os.kill(proc.pid, signal.SIGSTOP)
+
+
+def _version_applied(meta, instance: str) -> int:
+    rows, _ = meta.run("SELECT version_applied FROM guard_instances WHERE instance_id = %s", (instance,))
+    return int(rows[0][0]) if rows else 0
+
+
+def test_a_sync_wait_whose_reads_fail_mid_poll_is_not_fooled_and_the_migration_completes(
+    tenant7, cluster, meta, zones, dag, monkeypatch
+):  # fmt: skip
+    """S004-21: synced, the "last data ack" of a migration, is a read of meta (the
+    checkpoint covering P) and of the target's apply_state, polled in the worker and then in
+    MigrationSyncedTrigger. The DAG's meta and zone b connections go through TCP proxies;
+    applier-b is stopped once the stop-write is acked, so b stays behind P. While it waits:
+    meta unreachable during the worker's poll (the cutover fails and Airflow retries it: the
+    step is idempotent, P is kept); then, in the trigger, its kept connection to b killed on
+    the server (KILL CONNECTION; it connects again) and meta unreachable for a second. No
+    poll reports synced meanwhile; applier-b started, the wait ends and the tenant moves.
+    (plan2: no Spark job before the cutover; the wait is the same in both modes.)"""
+    ga, gb = tenant7
+    proxies = {"meta": TcpProxy(meta.port).start(), "b": TcpProxy(zones["b"].port).start()}
+    for conn_id, proxy in (("ZONESYNC_META", proxies["meta"]), ("ZONESYNC_ZONE_B", proxies["b"])):
+        conn = json.loads(os.environ[f"AIRFLOW_CONN_{conn_id}"])
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id}", json.dumps({**conn, "port": proxy.port}))
+    seen: dict = {"phases": set()}
+    faults = threading.Thread(target=_faults_reporting_errors, args=(meta, cluster, ga, zones, proxies, seen),
+                              daemon=True)  # fmt: skip
+    faults.start()
+    try:
+        run = dag.test(run_conf={**CONF, "mode": "plan2", "sync_timeout_s": 60, "max_txn_ms": 3000})
+    finally:
+        faults.join(60)
+        for proxy in proxies.values():
+            proxy.cut()
+        if "applier-b" not in cluster.threads:
+            cluster.start(which=("applier",), zones=("b",))
+    states = _states(run)
+    assert run.state == "success", (states, seen)
+    assert "error" not in seen and seen.get("restarted"), seen
+    tries = {ti.task_id: ti.try_number for ti in run.get_task_instances()}
+    assert tries["cutover"] == 2 and states["rollback"] == "skipped", (tries, states)  # the worker's fault: retried
+    assert seen["killed"] != seen["reconnected"], seen  # the trigger's fault: it connected again
+    assert seen["phases"] == {"stopped"}, seen  # nothing said synced while b was behind P
+    mig = MigrationStore(meta).require(run.run_id)
+    assert (mig.status, mig.phase) == (SUCCEEDED, "lifted"), mig
+    biz, les = EntityRegistry(meta).biz("tenant", "7")
+    assert biz.zone == "b" and {(le.zone, le.stop_write) for le in les} == {("b", False)}
+    with zones["b"].connect("zonesync_app").cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM orders WHERE order_id = 7201")  # written before P, applied before the flip
+        assert cur.fetchone()[0] == 1
+    guards.wait_acks(meta, mig.lift_version, {"a", "b"}, 10)
+    _insert(gb, 7602)
+    with pytest.raises(WrongZone, match="owned by zone b"):
+        _insert(ga, 7603)
+
+
+def _faults_reporting_errors(meta, cluster, guard, zones, proxies, seen: dict) -> None:
+    """The fault thread: its error goes into the test's assertion message."""
+    import traceback
+
+    try:
+        _faults(meta, cluster, guard, zones, proxies, seen)
+    except Exception:  # noqa: BLE001 - reported by the test
+        seen["error"] = traceback.format_exc()
+
+
+def _faults(meta, cluster, guard, zones, proxies, seen: dict) -> None:
+    _stop_applier_after_the_stop(meta, cluster, guard)  # b cannot reach P from here on
+    wait_until(lambda: meta.run("SELECT COUNT(*) FROM migrations WHERE position_json IS NOT NULL")[0][0][0] > 0, 60,
+               "P recorded (the worker polls synced from now on)", step=0.01)  # fmt: skip
+    _outage(proxies["meta"], 0.5, meta, seen)  # the worker's poll fails: the cutover fails, to be retried
+    seen["killed"] = _kept_connection(zones["b"], proxies["b"], 60, meta, seen)  # the trigger's, open between polls
+    with zones["b"].connect() as conn, conn.cursor() as cur:
+        cur.execute(f"KILL CONNECTION {seen['killed']}")
+    seen["reconnected"] = _kept_connection(zones["b"], proxies["b"], 10, meta, seen)
+    _outage(proxies["meta"], 1.0, meta, seen)  # the trigger's polls fail at meta
+    _phase(meta, seen)
+    cluster.start(which=("applier",), zones=("b",))
+    seen["restarted"] = True
+
+
+def _phase(meta, seen: dict) -> None:
+    """The run's phase now (meta read directly, not through the proxy), kept in seen."""
+    rows, _ = meta.run("SELECT phase, flip_version FROM migrations")
+    seen["phases"] |= {phase if flip is None else f"{phase} (flipped)" for phase, flip in rows}
+
+
+def _outage(proxy, seconds: float, meta, seen: dict) -> None:
+    proxy.cut()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        _phase(meta, seen)
+        time.sleep(0.05)
+    proxy.restore()
+
+
+def _kept_connection(b, proxy, timeout: float, meta, seen: dict) -> int:
+    """The id (on b's server) of a proxied connection open for a second: the trigger's (the
+    worker's polls open one each and close it at once)."""
+    first_seen: dict[int, float] = {}
+
+    def kept() -> int | None:
+        _phase(meta, seen)
+        ports = proxy.upstream_ports()
+        with b.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE HOST LIKE '127.0.0.1:%'")
+            live = {int(i) for i, host in cur.fetchall() if int(host.rsplit(":", 1)[1]) in ports}
+        now = time.monotonic()
+        for i in set(first_seen) - live:
+            del first_seen[i]
+        for i in live:
+            first_seen.setdefault(i, now)
+        return next((i for i, t in first_seen.items() if now - t >= 1.0), None)
+
+    return wait_until(kept, timeout, "a connection to b kept between polls", step=0.1)
 
 
 @pytest.mark.parametrize(

@@ -86,6 +86,18 @@ class TcpProxy:
     def restore(self) -> None:
         self.start()
 
+    def upstream_ports(self) -> set[int]:
+        """The local ports of the proxy's connections to the target (as the target's
+        processlist shows them, `127.0.0.1:PORT`), open or not."""
+        ports = set()
+        with self._lock:
+            for s in self._conns[1::2]:  # (client, upstream) pairs
+                try:
+                    ports.add(s.getsockname()[1])
+                except OSError:
+                    pass
+        return ports
+
     @property
     def is_cut(self) -> bool:
         return self._listener is None

@@ -172,6 +172,8 @@ class ZoneMigrationCutoverOperator(BaseOperator):
                 run = ctx.store.require(ctx.run_id)
                 why = (f"zone {run.target_zone} did not apply zone {run.source_zone}'s stream up to P within "
                        f"{waited:.0f} s: is its applier running? (`zonesync lag`)")  # fmt: skip
+                if event.get("failed"):  # the wait's last reads failed: it could not tell
+                    why += f"; the last poll could not read: {event['failed']}"
                 raise steps.MigrationError(why)
         self.log.info("synced after %.1f s", waited)
         return self._finish(ctx)

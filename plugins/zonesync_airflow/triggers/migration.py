@@ -5,9 +5,12 @@ The wait is usually a few tens of milliseconds of replication lag, but a lagging
 halted applier makes it minutes; the triggerer, not a worker slot, sits on it. The meta
 store and the target's connection are resolved once, asynchronously; each poll
 (zonesync.apply.tools.progress.is_applied) runs in a thread on one connection kept
-between polls, closed when the trigger ends, is cancelled or is cleaned up. Either
-outcome is an event (synced, or timeout with how long it waited); the sensor decides
-what a timeout means.
+between polls, closed when the trigger ends, is cancelled or is cleaned up. A poll whose
+read fails (meta or the target unreachable, the connection lost or killed) is no answer:
+not synced, the connection dropped and made again at the next poll, as the zone switch's
+SyncProbe does; the wait goes on to its timeout, whose event names the last failed read.
+Either outcome is an event (synced, or timeout with how long it waited); the sensor
+decides what a timeout means.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from zonesync.meta.db import META_DOWN
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 from zonesync_airflow.hooks.zone import ZoneHook
 
@@ -37,8 +41,11 @@ class MigrationSyncedTrigger(BaseTrigger):
         self.zone_conn_prefix = zone_conn_prefix
         self.poll_interval = poll_interval
         self.waited_s = waited_s  # already waited in the worker, by its own monotonic clock
+        self._endpoint = None
         self._conn = None
+        self._closed = False
         self._lock = threading.Lock()  # a poll in its thread and the close never overlap
+        self.failed: str | None = None  # the last poll's failed read, while polls fail
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -57,26 +64,42 @@ class MigrationSyncedTrigger(BaseTrigger):
         )
 
     def _applied(self, meta) -> bool:
-        """In a thread: one poll on the kept connection."""
+        """In a thread: one poll on the kept connection (made again when a poll lost it); a
+        failed read is not synced."""
         from zonesync.apply.tools.progress import is_applied
 
         with self._lock:
-            if self._conn is None:
+            if self._closed:
                 raise RuntimeError("MigrationSyncedTrigger polled after cleanup")
-            done = is_applied(meta, self._conn, self.source_zone, (self.position[0], int(self.position[1])))
-            self._conn.commit()  # the next poll reads a new snapshot
+            try:
+                if self._conn is None:
+                    self._conn = self._endpoint.connect()
+                done = is_applied(meta, self._conn, self.source_zone, (self.position[0], int(self.position[1])))
+                self._conn.commit()  # the next poll reads a new snapshot
+            except META_DOWN as exc:
+                self.failed = f"{type(exc).__name__}: {exc}"
+                self.log.warning("migration %s: synced poll failed, asking again: %s", self.run_id, self.failed)
+                self._drop()
+                return False
+            self.failed = None
             return done
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
 
     def _close(self) -> None:
         with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+            self._closed = True
+            self._drop()
 
     async def run(self):
         meta = await ZonesyncMetaHook(self.meta_conn_id).ameta_config()
-        endpoint = await ZoneHook.for_zone(self.target_zone, self.zone_conn_prefix).aendpoint()
-        self._conn = await asyncio.to_thread(endpoint.connect)
+        self._endpoint = await ZoneHook.for_zone(self.target_zone, self.zone_conn_prefix).aendpoint()
         try:
             started = time.monotonic()  # this process's clock only; a restarted triggerer waits the rest again
             while True:
@@ -86,7 +109,7 @@ class MigrationSyncedTrigger(BaseTrigger):
                     yield TriggerEvent({"status": "synced", "waited_s": waited})
                     return
                 if waited >= self.timeout_s:
-                    yield TriggerEvent({"status": "timeout", "waited_s": waited})
+                    yield TriggerEvent({"status": "timeout", "waited_s": waited, "failed": self.failed})
                     return
                 await asyncio.sleep(self.poll_interval)
         finally:  # done, cancelled (CancelledError at an await) or closed by the triggerer
