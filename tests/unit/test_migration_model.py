@@ -32,11 +32,9 @@ counterexample here means none in the product's schedules either:
   than its 3-period lease, so by the time it is skipped it refuses;
 - a restarted instance takes its old registration's place (the product's stays, and
   blocks the stop until forgotten);
-- the heartbeat re-reporting a version whose ack was lost is the catalogue's S000-08;
-  the product's `_heartbeat` does not carry the version yet, so there a lost ack is
-  re-reported only with the next version or a restart. That removes schedules (safety
-  holds all the same) but a lost flip ack keeps the flip waiting, and the tenant
-  stopped, until then: a liveness gap, not modelled.
+- the heartbeat re-reporting a version whose ack was lost is the product's too (S000-08:
+  `Guard._heartbeat` carries the version it runs, integration/dal/
+  test_guard_heartbeat.py); liveness is not modelled.
 
 An explicit-state search (breadth first, instances of a zone interchangeable) visits
 every reachable state and checks in each:

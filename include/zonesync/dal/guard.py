@@ -233,12 +233,23 @@ class Guard:
         self._last_sync = time.monotonic()
 
     def _heartbeat(self) -> None:
+        """Alive, and the version this instance runs, again (S000-08): an ack that was lost
+        (meta dropped the connection after the swap, before the ack's write) is made good
+        within one period, instead of waiting for the next version while a step waits for
+        it. Never moves the recorded version back."""
+        version = self.state.version
         with self._meta().cursor() as cur:
             cur.execute(
-                "UPDATE guard_instances SET last_heartbeat = NOW(6) WHERE instance_id = %s", (self.instance_id,)
+                "UPDATE guard_instances SET last_heartbeat = NOW(6), "
+                "applied_at = IF(version_applied < %s, NOW(6), applied_at), "
+                "version_applied = GREATEST(version_applied, %s) WHERE instance_id = %s",
+                (version, version, self.instance_id),
             )
             if cur.rowcount == 0:
                 self._register()
+            elif version:
+                cur.execute("INSERT IGNORE INTO guard_acks (instance_id, version) VALUES (%s, %s)",
+                            (self.instance_id, version))  # fmt: skip
 
     def _keepalive(self) -> None:
         next_beat = time.monotonic() + self.period
