@@ -43,6 +43,7 @@ class TableCheck:
         # without those one zone wrote (the checksums; the row diff skips their keys)
         self.row_where: str | None = None  # the rows compared (a restricted check's)
         self.where: str | None = None
+        self.plan_where: str | None = None  # the rows the chunks are planned over (all: None)
 
     def start(self) -> TableCheck:
         from zonesync.meta.store import MetaStore
@@ -110,6 +111,9 @@ class TableCheck:
             if self.check.entities:
                 rows.append(check_sql.entity_predicate(rules.tables[self.table], self.check.entities))
         self.row_where = " AND ".join(rows) or None
+        # a migration's verify plans its chunks over the entities' rows (their column's
+        # index): its cost follows the entities, not the table
+        self.plan_where = rows[-1] if self.check.entities and not self.check.zsids else None
         parts = list(rows)
         if self.check.exclude_origin is not None:
             parts.append(f"`_zs_origin` <> {int(self.check.exclude_origin)}")
@@ -161,7 +165,8 @@ class TableCheck:
             conn = connect_zone(self.zones, self.names[0])
             write = lambda n, lo, hi: self.store.add_chunk(self.check.run_id, self.table, n, lo, hi)  # noqa: E731
             try:
-                for n, lo, hi in chunk_plan.plan_after(conn, self.table, key, self.check.chunk_rows, stored, write):
+                for n, lo, hi in chunk_plan.plan_after(conn, self.table, key, self.check.chunk_rows, stored, write,
+                                                       self.plan_where):  # fmt: skip
                     found({"table": self.table, "chunk": n, "lo": lo, "hi": hi, "status": "pending",
                            "rows_read": 0, "zones": {}, "done_at": None})  # fmt: skip
             finally:

@@ -70,15 +70,16 @@ class Planner:
 
 
 def copy_planner(src: tuple[str, dict], dst: tuple[str, dict], run_id: str, table: str, key: list[str],
-                 chunk_rows: int, stored: list[dict], log=print) -> Planner:  # fmt: skip
-    """The full copy's plan: over the source's keys, kept in the target's copy_chunks
-    (zonesync.copy.chunks.extend_plan); a chunk not done is pending."""
+                 chunk_rows: int, stored: list[dict], log=print, where: str | None = None) -> Planner:  # fmt: skip
+    """The full copy's plan: over the source's keys (`where`: the keys of the rows it
+    selects), kept in the target's copy_chunks (zonesync.copy.chunks.extend_plan); a chunk
+    not done is pending."""
     from zonesync.copy import chunks as chunk_plan
 
     def extend(stored: list[dict], found) -> None:
         source, target = db_connect(*src), db_connect(*dst)
         try:
-            chunk_plan.extend_plan(target, source, run_id, table, key, chunk_rows, stored, found=found)
+            chunk_plan.extend_plan(target, source, run_id, table, key, chunk_rows, stored, found=found, where=where)
         finally:
             source.close()
             target.close()

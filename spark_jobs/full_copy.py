@@ -110,19 +110,22 @@ def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: s
 
     chunks = array(jvm.long, [int(c["chunk"]) for c in wave])
     key_at = array(jvm.int, merge.key_positions(columns, key))
-    entity = (where or {}).get("entity")
+    entity, rows = (where or {}).get("entity"), (where or {}).get("where")
     land_db, land = ("zonesync", into) if into else (dst_db, table)
     upsert = merge.upsert_statement(land_db, land, columns, entity, key if unique else None)
+    # a stock copy locks and reads only its entities' rows of a chunk in the target (their
+    # index), so a key another entity's row holds there is not among them: every row lands
+    # through the upsert, which never overwrites that row (S004-36)
+    insert = upsert if unique or rows else merge.insert_statement(land_db, land, columns)
     copier = jvm.zonesync.spark.ChunkCopier(
         endpoint(*src, "time_zone='+00:00'"),
         # copied rows never reach the target's replicator (S001-13)
         endpoint(*dst, "time_zone='+00:00',skip_replication=1"),
         run_id, table, chunks,
-        strings([merge.select_statement(src_db, table, columns, key, c["lo"], c["hi"], (where or {}).get("where"))
-                 for c in wave]),
-        strings([merge.range_statement(land_db, land, key, c["lo"], c["hi"]) for c in wave]),
-        strings([merge.cleanup_statement(land_db, land, key, c["lo"], c["hi"]) for c in wave]),
-        key_at, upsert if unique else merge.insert_statement(land_db, land, columns), upsert,
+        strings([merge.select_statement(src_db, table, columns, key, c["lo"], c["hi"], rows) for c in wave]),
+        strings([merge.range_statement(land_db, land, key, c["lo"], c["hi"], rows) for c in wave]),
+        strings([merge.cleanup_statement(land_db, land, key, c["lo"], c["hi"], rows) for c in wave]),
+        key_at, insert, upsert,
         merge.LOCK_CHUNK, merge.ANY_TOMBSTONE, merge.MARK_DONE, 5000, gate,
     )  # fmt: skip
     # an RDD of the numbers 0..n-1, one per partition: no Spark SQL planning or codegen
@@ -196,8 +199,9 @@ class TableCopy:
                 self.into = replaced_stage.stage_table(args.run_id, table)
                 replaced_stage.create_stage(dst, self.dst_db, table, self.into)
             stored = chunk_plan.read(dst, args.run_id, table)
+            rows = (self.where or {}).get("where")  # a stock copy: its entities' rows, planned by their index
             planner = copy_planner((self.src_url, self.src_props), (self.dst_url, self.dst_props), args.run_id, table,
-                                   self.key, args.chunk_rows, stored, self.log)  # fmt: skip
+                                   self.key, args.chunk_rows, stored, self.log, rows)  # fmt: skip
             self.done, self.started = sum(c["status"] == "done" for c in stored), time.monotonic()
             before = self._progress(dst)["rows"]
             self._waves(planner, dst)

@@ -136,11 +136,15 @@ def dense_keys(conn, table: str, col: str) -> tuple[int, int] | None:
     return int(span[0]), int(span[1])
 
 
-def bounds_after(conn, table: str, cols: list[str], chunk_rows: int, after: list[int] | None):
+def bounds_after(conn, table: str, cols: list[str], chunk_rows: int, after: list[int] | None,
+                 where: str | None = None):  # fmt: skip
     """Each next chunk boundary after the key `after` (None: from the first key), one
     index step of `chunk_rows` keys each (or, dense keys, every `chunk_rows` values: see
-    above), as they are found (a generator)."""
-    dense = dense_keys(conn, table, cols[0]) if len(cols) == 1 else None
+    above), as they are found (a generator). `where` (a migration's stock copy, or its
+    verify: one entity's rows): steps of `chunk_rows` of the rows it selects, walked
+    through the index the server picks for it (the entity column's), so planning reads
+    the entity's keys, not the table's."""
+    dense = dense_keys(conn, table, cols[0]) if len(cols) == 1 and where is None else None
     if dense is not None:
         first, last = dense
         bound = (int(after[0]) if after is not None else first - 1) + chunk_rows
@@ -150,12 +154,15 @@ def bounds_after(conn, table: str, cols: list[str], chunk_rows: int, after: list
         return
     key_list = ", ".join(q(c) for c in cols)
     last = after
+    source = f"{q(table)} FORCE INDEX (PRIMARY)" if where is None else q(table)
     while True:
-        where = f"WHERE {row_key(cols)} > {literal(last)} " if last is not None else ""
+        conds = [f"({where})"] if where is not None else []
+        if last is not None:
+            conds.append(f"{row_key(cols)} > {literal(last)}")
+        clause = f"WHERE {' AND '.join(conds)} " if conds else ""
         with conn.cursor() as cur:
             cur.execute(
-                f"SELECT {key_list} FROM {q(table)} FORCE INDEX (PRIMARY) {where}ORDER BY {key_list} "
-                f"LIMIT 1 OFFSET {int(chunk_rows) - 1}"
+                f"SELECT {key_list} FROM {source} {clause}ORDER BY {key_list} LIMIT 1 OFFSET {int(chunk_rows) - 1}"
             )
             row = cur.fetchone()
         conn.commit()
@@ -176,7 +183,8 @@ def complete(stored: list[dict]) -> bool:
     return bool(stored) and stored[-1]["hi"] is None
 
 
-def plan_after(source_conn, table: str, cols: list[str], chunk_rows: int, stored: list[dict], write):
+def plan_after(source_conn, table: str, cols: list[str], chunk_rows: int, stored: list[dict], write,
+               where: str | None = None):  # fmt: skip
     """The chunks after those `stored` (none: from the start) as (n, lo, hi), each stored
     by `write(n, lo, hi)` (which returns the upper bound chunk n has once stored) before
     it is yielded; the last chunk reaches +inf and completes the plan.
@@ -187,7 +195,7 @@ def plan_after(source_conn, table: str, cols: list[str], chunk_rows: int, stored
     through the stored chunks and the plan never has a gap or an overlap."""
     n, lo = len(stored), (stored[-1]["hi"] if stored else None)
     while True:
-        for bound in _then_none(bounds_after(source_conn, table, cols, chunk_rows, lo)):
+        for bound in _then_none(bounds_after(source_conn, table, cols, chunk_rows, lo, where)):
             hi = write(n, lo, bound)
             yield n, lo, hi
             n, lo = n + 1, hi
@@ -198,13 +206,13 @@ def plan_after(source_conn, table: str, cols: list[str], chunk_rows: int, stored
 
 
 def extend_plan(target_conn, source_conn, run_id: str, table: str, cols: list[str], chunk_rows: int,
-                stored: list[dict], found=None) -> None:  # fmt: skip
+                stored: list[dict], found=None, where: str | None = None) -> None:  # fmt: skip
     """Plan the copy's chunks after those `stored` (plan_after), each written to the
     target's copy_chunks as soon as it is found and handed to `found(chunk)`: the row
     copy starts on the first chunks while the rest are planned, and a planner killed
     mid-way goes on from the last chunk written."""
     write = lambda n, lo, hi: _write_chunk(target_conn, run_id, table, n, lo, hi)  # noqa: E731
-    for n, lo, hi in plan_after(source_conn, table, cols, chunk_rows, stored, write):
+    for n, lo, hi in plan_after(source_conn, table, cols, chunk_rows, stored, write, where):
         if found is not None:
             found({"table": table, "chunk": n, "lo": lo, "hi": hi, "status": "pending", "rows_read": 0,
                    "rows_landed": 0, "done_at": None})  # fmt: skip

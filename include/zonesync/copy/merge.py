@@ -77,10 +77,12 @@ def select_statement(app_db: str, table: str, columns: list[str], key_cols: list
     return f"SELECT {cols} FROM {q(app_db)}.{q(table)} WHERE {predicate(key_cols, lo, hi)}{extra}"
 
 
-def range_statement(app_db: str, table: str, key_cols: list[str], lo, hi) -> str:
-    """Lock a chunk's key range in the target and read the keys it holds (pure)."""
+def range_statement(app_db: str, table: str, key_cols: list[str], lo, hi, where: str | None = None) -> str:
+    """Lock a chunk's key range in the target and read the keys it holds (pure); `where`
+    (a stock copy): only the rows it selects, and the gaps between them, in its index."""
     keys = ", ".join(q(k) for k in key_cols)
-    return f"SELECT {keys} FROM {q(app_db)}.{q(table)} WHERE {predicate(key_cols, lo, hi)} FOR UPDATE"
+    extra = f" AND {where}" if where else ""
+    return f"SELECT {keys} FROM {q(app_db)}.{q(table)} WHERE {predicate(key_cols, lo, hi)}{extra} FOR UPDATE"
 
 
 def insert_statement(app_db: str, table: str, columns: list[str]) -> str:
@@ -121,13 +123,15 @@ def upsert_statement(app_db: str, table: str, columns: list[str], entity_column:
     return f"{insert} ON DUPLICATE KEY UPDATE {', '.join(sets)}"
 
 
-def cleanup_statement(app_db: str, table: str, key_cols: list[str], lo, hi) -> str:
-    """Delete the chunk's rows a tombstone at or above their version outranks (pure)."""
+def cleanup_statement(app_db: str, table: str, key_cols: list[str], lo, hi, where: str | None = None) -> str:
+    """Delete the chunk's rows a tombstone at or above their version outranks (pure);
+    `where` (a stock copy): only among the rows it selects."""
     name = table.replace("'", "''")
+    extra = f" AND {where}" if where else ""
     return (
         f"DELETE t FROM {q(app_db)}.{q(table)} t JOIN zonesync.tombstones tb ON tb.table_name = '{name}' "
         f"AND tb.pk = {pk_text_sql('t', key_cols)} WHERE {predicate(key_cols, lo, hi, alias='t')} "
-        f"AND tb.version >= t.{q(VERSION)}"
+        f"AND tb.version >= t.{q(VERSION)}{extra}"
     )
 
 

@@ -12,9 +12,9 @@ every row again, exactly, by count and checksum.
 Three tasks in the DAG, as the zone switch's verify: `verify_start` (`start`: the check's
 run, `<migration run id>.verify`), `verify_check` (the check's Spark job: chunk checksums
 pushed down to both zones, rows only of chunks that differ) and `verify` (`outcome`).
-Each chunk's checksum reads the chunk's rows of the table with the entity filter, so the
-cost follows the table's size, not the entity's (a tag-driven comparison is left for
-resident tables, where the rows are found by their tags).
+Its chunks are planned over the entities' rows (the entity column's index), and each
+chunk's checksum reads them with the entity filter, so the cost follows the entity's
+size, not the table's.
 """
 
 from __future__ import annotations
