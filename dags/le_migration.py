@@ -71,6 +71,14 @@ with DAG(
             description="The tenant (biz entity `tenant`) to move, with every locating entity it owns.",
         ),
         "to_zone": Param("b", type="string", pattern="^[a-z][a-z0-9_]{0,15}$", description="The zone it moves to."),
+        "les": Param(
+            [],
+            type="array",
+            items={"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,31}:[ -~]{1,128}$"},
+            maxItems=1000,
+            description="Only these of the tenant's locating entities, TYPE:ID (e.g. chat:70), moved together; "
+            "empty: all of them. A tenant too big to stop at once moves in several runs, each atomic.",
+        ),
         "mode": Param(
             "plan1",
             type="string",

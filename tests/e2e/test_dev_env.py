@@ -252,6 +252,8 @@ def _tenant_migrations(env, api) -> None:
                         ({"to": "c"}, "reason: Field required"),
                         ({"to": "c", "reason": "e2e", "mode": "dual-write"}, "mode: dual-write is refused"),
                         ({"to": "b", "reason": "e2e"}, "to: tenant 42 is in zone b already"),
+                        ({"to": "c", "reason": "e2e", "les": ["chat"]}, "les: 'chat' is not TYPE:ID"),
+                        ({"to": "c", "reason": "e2e", "les": ["chat:1"]}, "les: chat 1 not tenant 42's"),
                         ({"to": "c", "reason": "e2e", "extra": 1}, "extra: Extra inputs")]:  # fmt: skip
         got = api._raw("POST", path, body)
         assert got[0] == 400 and words in got[1]["detail"], (body, got)

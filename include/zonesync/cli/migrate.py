@@ -15,7 +15,7 @@ import json
 from zonesync.cli import common
 
 DAG_ID = "le_migration"
-FLAGS = {"tenant": "--tenant", "to": "--to", "mode": "--mode", "reason": "--reason"}
+FLAGS = {"tenant": "--tenant", "to": "--to", "mode": "--mode", "reason": "--reason", "les": "--le"}
 
 
 def _fail(message: str) -> int:
@@ -24,7 +24,7 @@ def _fail(message: str) -> int:
 
 def _conf(args) -> dict | str:
     from zonesync.meta.db import MetaError
-    from zonesync.migrate.request import MigrationRefused, MigrationRequest
+    from zonesync.migrate.request import MigrationRefused, MigrationRequest, parse_les
     from zonesync.migrate.steps import movable
 
     missing = [flag for flag, value in (("--tenant", args.tenant), ("--to", args.to_zone), ("--reason", args.reason))
@@ -44,13 +44,14 @@ def _conf(args) -> dict | str:
     for flag, value, least, words in bounds:
         if value < least:
             return f"{flag}: {words}"
-    req = MigrationRequest("tenant", args.tenant, args.to_zone, args.mode, args.reason)
     try:
+        req = MigrationRequest("tenant", args.tenant, args.to_zone, args.mode, args.reason, parse_les(args.le))
         movable(common.meta(), req)
     except (MigrationRefused, MetaError) as exc:  # "field: why" -> "--flag: why"
         field, _, why = str(exc).partition(": ")
         return f"{FLAGS.get(field, field)}: {why}" if why else str(exc)
     return {"tenant": req.be_id, "to_zone": req.target_zone, "mode": req.mode, "reason": req.reason,
+            "les": [f"{t}:{i}" for t, i in req.les],
             "ack_timeout_s": args.ack_timeout, "sync_timeout_s": args.sync_timeout, "max_lag_s": args.max_lag_s,
             "stop_window_utc": args.stop_window, "gate_timeout_s": args.gate_timeout,
             "plan2_max_rows": args.plan2_max_rows, "keep_source_copy": args.keep_source_copy,
@@ -113,7 +114,26 @@ def cmd_migrations(args) -> int:
         window = "" if m.window_ms is None else f"{m.window_ms:.0f} ms"
         print(f"{m.created_at:%Y-%m-%d %H:%M:%S}  {m.status:<11} {m.phase:<12} {m.be_id:<10} "
               f"{m.source_zone + '->' + m.target_zone:<6} {window:>9}  {m.run_id}")  # fmt: skip
+    if args.tenant:
+        _where_les_are(args.tenant, rows)
     return 0
+
+
+def _where_les_are(tenant: str, rows) -> None:
+    """Each locating entity of the tenant, its zone and the run that last moved it there
+    (S004-30: a tenant moved LE by LE; `rows` newest first)."""
+    from zonesync.meta.entities import EntityRegistry
+
+    found = EntityRegistry(common.meta()).biz("tenant", tenant)
+    if found is None:
+        return
+    biz, les = found
+    print(f"tenant {tenant} (zone {biz.zone}), its locating entities:")
+    for le in les:
+        moved = next((m for m in rows if m.status == "succeeded" and (le.le_type, le.le_id) in m.les), None)
+        how = f", moved by {moved.run_id}" if moved is not None else ""
+        stopped = ", stopped" if le.stop_write else ""
+        print(f"  {le.le_type} {le.le_id}: zone {le.zone}{stopped}{how}")
 
 
 def register(sub) -> None:
@@ -121,6 +141,9 @@ def register(sub) -> None:
                                         "`migrate status RUN_ID`")  # fmt: skip
     mg.add_argument("command", nargs="*", help="empty to start a migration, or: status RUN_ID")
     mg.add_argument("--tenant", help="the tenant (biz entity) to move, with every locating entity it owns")
+    mg.add_argument("--le", action="append", default=[], metavar="TYPE:ID",
+                    help="only this locating entity of the tenant (repeat): a tenant too big to stop at once moves "
+                         "in several runs, each atomic; default: all of them")  # fmt: skip
     mg.add_argument("--to", dest="to_zone", help="the zone it moves to")
     mg.add_argument("--mode", default="plan1", help="plan1 (default) | plan2; dual-write is refused")
     mg.add_argument("--reason", help="why (kept with every version the migration publishes)")

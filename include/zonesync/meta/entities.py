@@ -57,6 +57,16 @@ def check_ref(kind: str, type_: str, id_: str, where: str) -> None:
         raise MetaError(f"{where}: {kind} id {id_!r} must be printable text of 1 to {MAX_ID} characters")
 
 
+def _others_elsewhere(cur, be_type: str, be_id: str, zone: str, les: list[tuple[str, str]]) -> bool:
+    """Whether a locating entity of the biz entity other than `les` is in another zone than
+    `zone` (a migration moving some of them: the biz entity's own row stays as it is
+    until its last LE follows)."""
+    cur.execute("SELECT e.le_type, e.le_id, z.name FROM locating_entities e JOIN zones z ON z.zone_id = e.unit_zone "
+                "WHERE e.be_type = %s AND e.be_id = %s", (be_type, be_id))  # fmt: skip
+    moving = {tuple(le) for le in les}
+    return any((t, i) not in moving and z != zone for t, i, z in cur.fetchall())
+
+
 class EntityRegistry(MetaStore):
     _LE_COLUMNS = (
         "SELECT e.le_type, e.le_id, z.name, e.status, e.stop_write, e.version, e.be_type, e.be_id "
@@ -109,7 +119,9 @@ class EntityRegistry(MetaStore):
                 "INSERT INTO versions (version, kind, author, reason) VALUES (%s, 'entities', %s, %s)",
                 (version, author, reason),
             )
-            if during is None:  # (during a run the biz entity's unit and status are the run's to publish)
+            # a run moving some of its LEs (S004-30) leaves the biz entity's row as it is until the last follows
+            partial = within is not None and _others_elsewhere(cur, be_type, be_id, zone, les)
+            if during is None and not partial:  # (during a run the biz entity's unit and status are the run's)
                 cur.execute(
                     "INSERT INTO biz_entities (be_type, be_id, unit_zone, status, version) VALUES (%s, %s, %s, %s, "
                     "%s) ON DUPLICATE KEY UPDATE unit_zone = VALUES(unit_zone), status = VALUES(status), "

@@ -33,6 +33,9 @@ class MigrationRequest:
     target_zone: str
     mode: str = "plan1"
     reason: str = ""
+    # some of the biz entity's locating entities, moved together as one run (S004-30: a biz
+    # entity too big to stop at once moves LE by LE, each run atomic); empty: all of them
+    les: tuple[tuple[str, str], ...] = ()
 
     def check(self, zones) -> None:
         """MigrationRefused naming the first field that is wrong."""
@@ -49,3 +52,22 @@ class MigrationRequest:
             raise MigrationRefused(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
         if not self.reason.strip():
             raise MigrationRefused("reason: say why (it is audited with every version the migration publishes)")
+        for le_type, le_id in self.les:
+            try:
+                check_ref("locating entity", le_type, le_id, "les")
+            except MetaError as exc:
+                raise MigrationRefused(str(exc)) from None
+        if len(set(self.les)) != len(self.les):
+            raise MigrationRefused("les: a locating entity is named twice; name each once")
+
+
+def parse_les(values) -> tuple[tuple[str, str], ...]:
+    """["chat:70", ...] (the CLI's --le, the API's and the DAG's `les`) as ((type, id), ...);
+    MigrationRefused naming the bad one."""
+    out = []
+    for value in values or ():
+        le_type, sep, le_id = str(value).partition(":")
+        if not sep or not le_type or not le_id:
+            raise MigrationRefused(f"les: {value!r} is not TYPE:ID (e.g. chat:70)")
+        out.append((le_type, le_id))
+    return tuple(out)

@@ -104,12 +104,16 @@ def _acks(ctx: MigrationContext, version: int, step: str, every_instance: bool) 
         raise MigrationError(f"{step}: {exc}") from None
 
 
-def movable(meta: MetaConfig, req: MigrationRequest):
-    """(biz entity, its LEs) when the request is valid and the registry lets them move;
-    else MigrationRefused naming the field (UnknownBizEntity, AlreadyMigrating: the API's
-    404 and 409). Meta only: what the HTTP API and the CLI check before they trigger a run;
-    preflight checks the guards and the target's appliers too, and MigrationStore.create
-    checks "one run at a time" again under its lock."""
+def movable(meta: MetaConfig, req: MigrationRequest) -> tuple[str, list]:
+    """(the source zone, the LEs that move) when the request is valid and the registry lets
+    them move; else MigrationRefused naming the field (UnknownBizEntity, AlreadyMigrating:
+    the API's 404 and 409). Meta only: what the HTTP API and the CLI check before they
+    trigger a run; preflight checks the guards and the target's appliers too, and
+    MigrationStore.create checks "one run at a time" again under its lock.
+
+    All the biz entity's LEs move unless the request names some (`les`, S004-30: a biz
+    entity moved LE by LE, each run atomic): those must be the biz entity's, together in
+    one zone, writable there. The others may be anywhere (an earlier run moved them)."""
     req.check(MetaStore(meta).zones())
     found = EntityRegistry(meta).biz(req.be_type, req.be_id)
     if found is None:
@@ -122,14 +126,39 @@ def movable(meta: MetaConfig, req: MigrationRequest):
     if running:
         raise AlreadyMigrating(f"tenant: {req.be_type} {req.be_id} is being migrated already ({running[0].run_id}); "
                                "wait for it or roll it back")  # fmt: skip
+    if req.les:
+        return _named(req, les)
     if biz.zone == req.target_zone:
         raise MigrationRefused(f"to: {req.be_type} {req.be_id} is in zone {biz.zone} already")
     apart = [f"{le.le_type} {le.le_id} ({le.zone}{', stopped' if le.stop_write else ''})" for le in les
              if le.zone != biz.zone or le.stop_write]  # fmt: skip
     if apart:
         raise MigrationRefused(f"tenant: locating entities not writable in {biz.zone} with their biz entity: "
-                               f"{', '.join(apart)}; finish or roll back what moved or stopped them")  # fmt: skip
-    return biz, les
+                               f"{', '.join(apart)}; finish or roll back what moved or stopped them, or name the "
+                               "ones to move (les, `--le TYPE:ID`)")  # fmt: skip
+    return biz.zone, les
+
+
+def _named(req: MigrationRequest, les: list) -> tuple[str, list]:
+    """The LEs a request names, checked: the biz entity's, in one zone, writable there."""
+    mine = {(le.le_type, le.le_id): le for le in les}
+    foreign = [f"{t} {i}" for t, i in req.les if (t, i) not in mine]
+    if foreign:
+        raise MigrationRefused(f"les: {', '.join(foreign)} not {req.be_type} {req.be_id}'s; its locating entities "
+                               f"are {', '.join(f'{le.le_type}:{le.le_id}' for le in les)}")  # fmt: skip
+    named = [mine[le] for le in req.les]
+    zones = sorted({le.zone for le in named})
+    if len(zones) > 1:
+        where = ", ".join(f"{le.le_type} {le.le_id} ({le.zone})" for le in named)
+        raise MigrationRefused(f"les: the locating entities of one run move from one zone: {where}; "
+                               "name those of one zone")  # fmt: skip
+    if zones[0] == req.target_zone:
+        raise MigrationRefused(f"les: {', '.join(f'{le.le_type} {le.le_id}' for le in named)} in zone "
+                               f"{zones[0]} already")  # fmt: skip
+    stopped = [f"{le.le_type} {le.le_id}" for le in named if le.stop_write]
+    if stopped:
+        raise MigrationRefused(f"les: {', '.join(stopped)} stopped; finish or roll back what stopped them")
+    return zones[0], named
 
 
 def preflight(ctx: MigrationContext) -> Migration:
@@ -139,16 +168,16 @@ def preflight(ctx: MigrationContext) -> Migration:
         return existing
     req = ctx.request
     zones = MetaStore(ctx.meta).zones()
-    biz, les = movable(ctx.meta, req)
+    source_zone, les = movable(ctx.meta, req)
     try:
         require_healthy(ctx.meta, set(zones))
     except UnhealthyGuards as exc:
         raise MigrationRefused(f"guards: {exc}") from None
-    halted = with_zone(ctx, req.target_zone, lambda conn: _halted(conn, biz.zone))
+    halted = with_zone(ctx, req.target_zone, lambda conn: _halted(conn, source_zone))
     if halted:
-        raise MigrationRefused(f"to: zone {req.target_zone} halted partitions {halted} of zone {biz.zone}'s stream: "
-                               "resume them (`zonesync resume`) first")  # fmt: skip
-    return ctx.store.create(ctx.run_id, req, biz.zone, [(le.le_type, le.le_id) for le in les], ctx.actor)
+        raise MigrationRefused(f"to: zone {req.target_zone} halted partitions {halted} of zone {source_zone}'s "
+                               "stream: resume them (`zonesync resume`) first")  # fmt: skip
+    return ctx.store.create(ctx.run_id, req, source_zone, [(le.le_type, le.le_id) for le in les], ctx.actor)
 
 
 def _halted(conn, source_zone: str) -> list[int]:

@@ -160,11 +160,20 @@ class MigrationStore:
     @staticmethod
     def _enumerated(cur, req: MigrationRequest, source_zone: str, les: list) -> list:
         """The biz entity's LEs as registered now (head row locked); MigrationRefused when one
-        registered since preflight read them is not writable in the source."""
+        registered since preflight read them is not writable in the source. A request that
+        names its LEs (S004-30) moves those only, each still writable in the source."""
         cur.execute("SELECT e.le_type, e.le_id, z.name, e.stop_write FROM locating_entities e JOIN zones z ON "
                     "z.zone_id = e.unit_zone WHERE e.be_type = %s AND e.be_id = %s ORDER BY e.le_type, e.le_id",
                     (req.be_type, req.be_id))  # fmt: skip
         now = cur.fetchall()
+        if req.les:
+            named = {tuple(le) for le in les}
+            apart = [f"{t} {i} ({z}{', stopped' if sw else ''})" for t, i, z, sw in now
+                     if (t, i) in named and (z != source_zone or sw)]  # fmt: skip
+            if apart or len(named & {(t, i) for t, i, _, _ in now}) != len(named):
+                raise MigrationRefused(f"les: changed while preflight ran: {', '.join(apart) or 'one unregistered'} "
+                                       f"not writable in {source_zone}; try again")  # fmt: skip
+            return les
         if {(t, i) for t, i, _, _ in now} == {tuple(le) for le in les}:
             return les
         apart = [f"{t} {i} ({z}{', stopped' if sw else ''})" for t, i, z, sw in now if z != source_zone or sw]

@@ -72,6 +72,7 @@ class MigrationBody(BaseModel):
     to: str = Field(min_length=1, max_length=16)
     mode: str = "plan1"
     reason: str = Field(min_length=1, max_length=500)
+    les: list[str] = Field(default_factory=list, max_length=1000)  # TYPE:ID; empty: every LE of the tenant
     ack_timeout_s: float = Field(10.0, gt=0, le=600)
     sync_timeout_s: float = Field(120.0, ge=1, le=86400)
     max_lag_s: float = Field(5.0, ge=0, le=3600)
@@ -87,12 +88,18 @@ async def migration_start(tenant: str, body: MigrationBody, request: Request) ->
     """Check the request against meta, then trigger le_migration as the caller."""
     import asyncio
 
-    from zonesync.migrate.request import AlreadyMigrating, MigrationRefused, MigrationRequest, UnknownBizEntity
+    from zonesync.migrate.request import (
+        AlreadyMigrating,
+        MigrationRefused,
+        MigrationRequest,
+        UnknownBizEntity,
+        parse_les,
+    )
     from zonesync.migrate.steps import movable
 
     _checked("biz entity", "tenant", tenant)
-    req = MigrationRequest("tenant", tenant, body.to, body.mode, body.reason)
     try:
+        req = MigrationRequest("tenant", tenant, body.to, body.mode, body.reason, parse_les(body.les))
         await asyncio.to_thread(movable, meta(), req)
     except MigrationRefused as exc:
         status = 404 if isinstance(exc, UnknownBizEntity) else 409 if isinstance(exc, AlreadyMigrating) else 400

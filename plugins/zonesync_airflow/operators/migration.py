@@ -36,7 +36,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from zonesync.migrate import steps
-from zonesync.migrate.request import MigrationRefused, MigrationRequest
+from zonesync.migrate.request import MigrationRefused, MigrationRequest, parse_les
 from zonesync_airflow.hooks.meta import ZonesyncMetaHook
 from zonesync_airflow.operators.actor import run_actor
 from zonesync_airflow.operators.switch import ZoneConnections
@@ -53,7 +53,14 @@ def migration_context(context, meta_conn_id: str, zone_conn_prefix: str = "zones
     return steps.MigrationContext(
         meta=ZonesyncMetaHook(meta_conn_id).meta_config(),
         run_id=dag_run.run_id,
-        request=MigrationRequest("tenant", str(params["tenant"]), params["to_zone"], params["mode"], params["reason"]),
+        request=MigrationRequest(
+            "tenant",
+            str(params["tenant"]),
+            params["to_zone"],
+            params["mode"],
+            params["reason"],
+            parse_les(params.get("les")),
+        ),
         zone_conn=ZoneConnections(zone_conn_prefix),
         actor=str(run_actor(dag_run)),  # the authenticated user, not a conf field (actor.py)
         ack_timeout_s=float(params["ack_timeout_s"]),
