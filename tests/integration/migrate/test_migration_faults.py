@@ -24,6 +24,7 @@ from zonesync.dal import EntityWriteStopped, TransactionDeadlineExceeded, WrongZ
 from zonesync.meta import guards
 from zonesync.meta.entities import EntityRegistry
 from zonesync.migrate import steps
+from zonesync.migrate.request import MigrationRequest
 
 pytestmark = pytest.mark.integration
 
@@ -299,6 +300,62 @@ def test_a_late_commit_is_refused_after_the_stop_s_ack_and_one_already_committin
     steps.flip(ctx)
     assert steps.lift(ctx).status == "succeeded"
     assert _bodies(zones["a"]) == _bodies(zones["b"]) and set(_bodies(zones["b"])) == committed
+
+
+def test_a_commit_its_guard_lost_lands_after_the_stop_s_ack_within_max_txn_ms_and_reaches_the_target(
+    notes, cluster, guard_env, zones, meta
+):
+    """S004-20, a writer outside the guard's commit recheck: a guard whose link to zone a
+    is cut while its COMMIT is slow in the server (binlog group commit held 2 s) sees the
+    connection lost, lets go and acks the stop; the server commits the note after that ack
+    all the same. It lands within max_txn_ms of the acks, so before P: b has it once
+    synced, and after the flip a and b hold the same notes."""
+    import pymysql
+
+    from tests.support.tcp_proxy import TcpProxy
+    from zonesync.dal import Guard, ZoneDB
+
+    guard_env("a")
+    guard_env("b")
+    proxy = TcpProxy(zones["a"].port).start()
+    cut_off = Guard(meta, "a", ZoneDB("127.0.0.1", proxy.port, "root", "", "zonesync_app"), period=0.5, poll=0.05)
+    cut_off.start()
+    _acked_everywhere(meta)
+    ctx = steps.MigrationContext(meta, "orphan-20", MigrationRequest("tenant", "7", "b", "plan1", "test"),
+                                 lambda z: zones[z].connect("zonesync_app"), actor="test", max_txn_ms=2500)  # fmt: skip
+    steps.preflight(ctx)
+    steps.admit(ctx)
+    _note(cut_off, 1, 7)
+    orphan = OpenTransaction(cut_off, 20)
+    root = zones["a"].connect()
+    with root.cursor() as cur:
+        cur.execute("SELECT @@global.binlog_commit_wait_count, @@global.binlog_commit_wait_usec")
+        before = cur.fetchone()
+    try:
+        with root.cursor() as cur:  # every COMMIT in zone a waits 2 s for a group to form
+            cur.execute("SET GLOBAL binlog_commit_wait_count = 1000, GLOBAL binlog_commit_wait_usec = 2000000")
+        orphan.commit_in_thread()
+        stopping = threading.Thread(target=steps.stop_write, args=(ctx,), daemon=True)
+        stopping.start()
+        wait_until(lambda: cut_off.lock._waiting_writers, 10, "the cut-off guard waits to swap in the stop")
+        proxy.cut()
+        stopping.join(10)
+        assert isinstance(orphan.error, pymysql.err.OperationalError) and not stopping.is_alive(), orphan.error
+        assert 20 not in _bodies(zones["a"])  # acked; its COMMIT still under way in the server
+        steps.sync_position(ctx)  # P, read max_txn_ms after the acks
+        assert 20 in _bodies(zones["a"])  # the server committed it meanwhile, after the ack
+    finally:
+        with root.cursor() as cur:
+            cur.execute("SET GLOBAL binlog_commit_wait_count = %s, GLOBAL binlog_commit_wait_usec = %s", before)
+        root.close()
+        orphan.close()
+        cut_off.close()
+    wait_until(lambda: steps.synced(ctx), 60, "b applied a's stream up to P")
+    assert set(_bodies(zones["b"])) == {1, 20}  # before P: in b once synced
+    assert steps.final_check(ctx)["notes"] == {"a": 2, "b": 2}
+    steps.flip(ctx)
+    assert steps.lift(ctx).status == "succeeded"
+    assert _bodies(zones["a"]) == _bodies(zones["b"])
 
 
 @pytest.fixture
