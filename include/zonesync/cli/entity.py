@@ -41,10 +41,17 @@ def cmd_entity_show(args) -> int:
             return 0
         found = registry.biz(reg.be_type, reg.be_id)
     biz, les = found
+    from zonesync.migrate.store import MigrationStore
+
+    # an LE's lock while it moves (the seed's Syncing state) is its running migration's row
+    running = MigrationStore(common.meta()).running(biz.be_type, biz.be_id)
+    moving = {tuple(le): run for run in running for le in run.les}
     print(f"biz entity {biz.be_type} {biz.be_id}: zone {biz.zone}, {biz.status}, version {biz.version}")
     for le in les:
         stop = " (writes stopped)" if le.stop_write else ""
-        print(f"  {le.le_type} {le.le_id}: zone {le.zone}, {le.status}{stop}, version {le.version}")
+        run = moving.get((le.le_type, le.le_id))
+        how = f"; migrating to {run.target_zone} ({run.run_id}, {run.phase})" if run is not None else ""
+        print(f"  {le.le_type} {le.le_id}: zone {le.zone}, {le.status}{stop}, version {le.version}{how}")
     return 0
 
 

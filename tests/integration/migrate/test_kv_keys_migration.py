@@ -322,3 +322,79 @@ def test_a_bulk_copy_killed_mid_way_converges_when_run_again(kv_tenants, cluster
     steps.admit(ctx)
     assert chat.hget("zonesync:migration:kv-kill-7", "start") == start  # S recorded once
     assert _keys(kv_stores, "b", "7") == before
+
+
+def test_a_key_whose_tag_outlived_it_neither_fails_the_move_nor_comes_back(kv_tenants, cluster, zones, meta,
+                                                                           kv_stores):  # fmt: skip
+    """S004-05, the migration's side: tenant 7's key tagged, then expired at the source (its
+    tag outlives it, as `entity rows` shows): the move (plan2: every key compared in the
+    window) neither fails on it nor brings it back in b; the live keys move."""
+    kv_a = _kv(kv_tenants, "a")
+    _kv(kv_tenants, "b")  # (b's guard, acking the run's versions)
+    kv_a.set("sessions", "prod:session:7:live", "kept")
+    kv_a.set("sessions", "prod:session:7:short", "gone soon", ttl_s=1)
+    _tagged(meta, zones, "a")
+    wait_until(lambda: not kv_stores["a"].client(REPOS["sessions"]).exists("prod:session:7:short"), 5, "expired")
+    with zones["a"].connect() as conn, conn.cursor() as cur:  # its tag is still there
+        cur.execute("SELECT COUNT(*) FROM zonesync.tag_segments WHERE repo = 'sessions' AND entity_id = '7'")
+        assert cur.fetchone()[0] >= 1
+    ctx = _ctx(zones, meta, "kv-outlived-7", mode="plan2")
+    steps.preflight(ctx)
+    steps.stop_first(ctx, max_rows=1000)
+    steps.admit(ctx)
+    _cut_over(ctx)
+    steps.final_check(ctx)
+    steps.flip(ctx)
+    assert steps.lift(ctx).status == "succeeded"
+    assert set(_keys(kv_stores, "b", "7")) == {("sessions", "prod:session:7:live")}
+    assert not kv_stores["b"].client(REPOS["sessions"]).exists("prod:session:7:short")
+    steps.release(ctx)
+    assert _keys(kv_stores, "a", "7") == {}
+
+
+def _killed_part_way(meta, zones, run_id: str, step: str, count, total: int) -> None:
+    """`step` run in a process of its own, killed -9 once `count()` says it did part of its
+    `total` keys' work (the test fails if it finished first: kill it earlier)."""
+    child = migration_process.spawn(meta, zones, run_id, "7", "b", [step])
+    try:
+        wait_until(lambda: count() >= 1_000 or child.poll() is not None, 60, f"{step} part-way", step=0.002)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(30)
+    assert child.returncode == -signal.SIGKILL, f"{step} ended before it was killed"
+    assert 1_000 <= count() < total, count()
+
+
+def test_the_removals_killed_mid_way_converge_when_run_again(kv_tenants, cluster, zones, meta, kv_stores):
+    """The KV move's removals are idempotent: a rollback's removal of the target's 20,000
+    copies, and (on a second run that completes) the release's removal of the source's,
+    each killed -9 part-way in a process of its own, finish when run again: b (rolled back)
+    or a (released) ends with none of tenant 7's keys, the other zone with all of them."""
+    kv_a = _kv(kv_tenants, "a")
+    _kv(kv_tenants, "b")  # (b's guard, acking the run's versions)
+    for i in range(20_000):
+        kv_a.set("chat_cache", f"chat:7:bulk{i}", f"m{i}")
+    before = _keys(kv_stores, "a", "7")
+    chat_a, chat_b = (kv_stores[z].client(REPOS["chat_cache"]) for z in ("a", "b"))
+    tenant_keys = lambda client: sum(1 for _ in client.scan_iter(match="chat:7:*", count=5_000))  # noqa: E731
+
+    back = _ctx(zones, meta, "kv-back-7", mode="plan2")
+    steps.preflight(back)
+    steps.stop_first(back, max_rows=100_000)
+    steps.admit(back)
+    assert _keys(kv_stores, "b", "7") == before
+    _killed_part_way(meta, zones, "kv-back-7", "rollback", lambda: 20_000 - tenant_keys(chat_b), 20_000)
+    steps.rollback(back, "test: run again")
+    assert _keys(kv_stores, "b", "7") == {} and _keys(kv_stores, "a", "7") == before
+
+    ctx = _ctx(zones, meta, "kv-release-7", mode="plan2")
+    steps.preflight(ctx)
+    steps.stop_first(ctx, max_rows=100_000)
+    steps.admit(ctx)
+    _cut_over(ctx)
+    steps.final_check(ctx)
+    steps.flip(ctx)
+    assert steps.lift(ctx).status == "succeeded"
+    _killed_part_way(meta, zones, "kv-release-7", "release", lambda: 20_000 - tenant_keys(chat_a), 20_000)
+    steps.release(ctx)
+    assert _keys(kv_stores, "a", "7") == {} and _keys(kv_stores, "b", "7") == before

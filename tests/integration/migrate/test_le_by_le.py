@@ -63,6 +63,11 @@ def test_a_tenant_moves_le_by_le_each_run_atomic_and_the_history_says_which_move
     assert [tuple(le) for le in steps.preflight(one).les] == [("chat", "70")]
     version = steps.stop_write(one).stop_version
     guards.wait_acks(meta, version, {"a", "b"}, 10)
+    assert cli.main(["entity", "show", "tenant", "7"]) == 0  # the LE's lock while it moves: its run
+    shown = capsys.readouterr().out
+    (line,) = [x for x in shown.splitlines() if x.startswith("  chat 70:")]
+    assert line.startswith("  chat 70: zone a, STOP_WRITE (writes stopped)"), shown
+    assert line.endswith("; migrating to b (chat70-b, stopped)") and shown.count("migrating to") == 1, shown
     with pytest.raises(EntityWriteStopped):
         ga.state.decide_entity("chat", "70")
     assert ga.state.decide_entity("chat", "71").entity == ("chat", "71")
