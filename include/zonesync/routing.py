@@ -12,6 +12,15 @@ head version moves (any rules or entity change), which the router reads at most 
 `poll_s` seconds: an answer is at most that stale, and the guard, which checks every
 write against the version it runs, refuses a write that a stale answer sent to the
 wrong zone (WrongZone names the owner).
+
+Forwarding (seed 004 §2's "Cross" requests: a unit that finds a request is not its own
+sends it on to the owner, which does not ask Global Meta again). `route` says where a
+request received in zone `here` goes: nowhere (None: this zone owns the entity, handle
+it), the owner (forward it, marked forwarded), or, for a request already forwarded once,
+ForwardRefused: a forwarded request is never forwarded again, so two zones whose answers
+disagree for a moment (a stale cache on one side, an LE moving) cannot bounce it between
+them; the client retries after at most `poll_s`. A forwarded request is never trusted
+either: the guard of the zone it lands in checks every write against the version it runs.
 """
 
 from __future__ import annotations
@@ -28,6 +37,14 @@ from zonesync.rules.model import ACTIVE
 
 class Unknown(LookupError):
     """No registration and no rule locates the entity: say so, never guess."""
+
+
+class ForwardRefused(LookupError):
+    """A forwarded request reached a zone that does not own its entity: not forwarded again."""
+
+    def __init__(self, message: str, owner: str):
+        super().__init__(message)
+        self.owner = owner
 
 
 @dataclass(frozen=True)
@@ -63,6 +80,19 @@ class Router:
             with self._lock:
                 self._cache[key] = found
         return found
+
+    def route(self, entity_type: str, entity_id, here: str, forwarded: bool = False) -> str | None:
+        """Where a request for the entity, received in zone `here`, goes: None (here owns it),
+        the owner zone to forward it to (once), or ForwardRefused for a request that was
+        forwarded already (see above)."""
+        owner = self.where(entity_type, entity_id).zone
+        if owner == here:
+            return None
+        if forwarded:
+            raise ForwardRefused(f"{entity_type} {entity_id}: forwarded to zone {here}, which answers that zone "
+                                 f"{owner} owns it: a forwarded request is not forwarded again; retry from the "
+                                 "client (the zones' answers agree within a second)", owner)  # fmt: skip
+        return owner
 
     def _follow_head(self) -> None:
         now = self.clock()

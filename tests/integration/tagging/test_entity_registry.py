@@ -12,7 +12,7 @@ from zonesync import cli
 from zonesync.meta.db import MetaError
 from zonesync.meta.entities import EntityRegistry
 from zonesync.meta.store import MetaStore
-from zonesync.routing import Router, Unknown
+from zonesync.routing import ForwardRefused, Router, Unknown
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +46,26 @@ def test_a_registered_entity_is_routed_to_its_zone_and_follows_a_new_version(reg
     rows, _ = meta.run("SELECT COUNT(*) FROM audit_log WHERE action = 'entities.register' AND version >= %s",
                        (version,))  # fmt: skip
     assert rows[0][0] == 2
+
+
+def test_a_request_is_forwarded_at_most_one_hop_while_two_zones_answers_disagree(registry, meta):
+    """S004-02: zone b's router still holds tenant reg-1001 in a (its answer cached) while
+    the registry moved it to b. b forwards a request to a, once; a, which knows better,
+    refuses to forward it again (no ping-pong), naming the owner; a request a receives
+    first goes to b; once b's router looks at the head again, b handles it itself."""
+    registry.register_biz(*BE, "a", [BE], "test: in a")
+    clock = [0.0]
+    in_b, in_a = Router(meta, poll_s=10.0, clock=lambda: clock[0]), Router(meta, poll_s=0)
+    assert in_b.route(*BE, here="b") == "a" and in_a.route(*BE, here="a") is None
+    registry.register_biz(*BE, "b", [BE], "test: moved (as a migration's flip)", within=lambda cur, version: None)
+    assert in_b.route(*BE, here="b") == "a"  # b's cached answer: forwarded to a, once
+    with pytest.raises(ForwardRefused, match=r"forwarded to zone a, which answers that zone b owns it: a forwarded "
+                       r"request is not forwarded again") as refused:  # fmt: skip
+        in_a.route(*BE, here="a", forwarded=True)
+    assert refused.value.owner == "b"
+    assert in_a.route(*BE, here="a") == "b"  # a request a receives first: to b
+    clock[0] += 10.0
+    assert in_b.route(*BE, here="b") is None and in_b.route(*BE, here="b", forwarded=True) is None
 
 
 def test_an_unregistered_entity_is_routed_by_the_zsid_rules_or_is_unknown(registry, meta):
