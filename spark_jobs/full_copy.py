@@ -114,9 +114,10 @@ def copy_wave(spark, src: tuple, dst: tuple, run_id: str, src_db: str, dst_db: s
     land_db, land = ("zonesync", into) if into else (dst_db, table)
     upsert = merge.upsert_statement(land_db, land, columns, entity, key if unique else None)
     # a stock copy locks and reads only its entities' rows of a chunk in the target (their
-    # index), so a key another entity's row holds there is not among them: the rows it
-    # lacks land by INSERT IGNORE, which leaves that row be (S004-36)
-    insert = upsert if unique else merge.insert_statement(land_db, land, columns, ignore=bool(rows))
+    # index), so a key another entity's row holds there is not among them: every row lands
+    # through the guarded upsert, which leaves that row be (S004-36) and, unlike INSERT
+    # IGNORE, fails on a value the target cannot take instead of landing it altered
+    insert = upsert if unique or rows else merge.insert_statement(land_db, land, columns)
     copier = jvm.zonesync.spark.ChunkCopier(
         endpoint(*src, "time_zone='+00:00'"),
         # copied rows never reach the target's replicator (S001-13)

@@ -115,13 +115,13 @@ def cmd_migrations(args) -> int:
         print(f"{m.created_at:%Y-%m-%d %H:%M:%S}  {m.status:<11} {m.phase:<12} {m.be_id:<10} "
               f"{m.source_zone + '->' + m.target_zone:<6} {window:>9}  {m.run_id}")  # fmt: skip
     if args.tenant:
-        _where_les_are(args.tenant, rows)
+        _where_les_are(args.tenant, MigrationStore(common.meta()).history(1000, "tenant", args.tenant))
     return 0
 
 
 def _where_les_are(tenant: str, rows) -> None:
     """Each locating entity of the tenant, its zone and the run that last moved it there
-    (S004-30: a tenant moved LE by LE; `rows` newest first)."""
+    (S004-30: a tenant moved LE by LE; `rows` newest first, its last 1,000 runs)."""
     from zonesync.meta.entities import EntityRegistry
 
     found = EntityRegistry(common.meta()).biz("tenant", tenant)

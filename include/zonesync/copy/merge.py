@@ -85,14 +85,13 @@ def range_statement(app_db: str, table: str, key_cols: list[str], lo, hi, where:
     return f"SELECT {keys} FROM {q(app_db)}.{q(table)} WHERE {predicate(key_cols, lo, hi)}{extra} FOR UPDATE"
 
 
-def insert_statement(app_db: str, table: str, columns: list[str], ignore: bool = False) -> str:
+def insert_statement(app_db: str, table: str, columns: list[str]) -> str:
     """The plain INSERT of one copied row whose key the target lacks, its columns as
-    parameters in landing_columns order (pure). `ignore` (a stock copy, whose locking read
-    sees only its entities' rows): a key another entity's row holds is left to that row
-    (S004-36), as fast as a plain INSERT; the verify names the row missing."""
+    parameters in landing_columns order (pure)."""
     cols = landing_columns(columns)
-    verb = "INSERT IGNORE INTO" if ignore else "INSERT INTO"
-    return f"{verb} {q(app_db)}.{q(table)} ({', '.join(q(c) for c in cols)}) VALUES ({', '.join('?' for _ in cols)})"
+    return (
+        f"INSERT INTO {q(app_db)}.{q(table)} ({', '.join(q(c) for c in cols)}) VALUES ({', '.join('?' for _ in cols)})"
+    )
 
 
 def upsert_statement(app_db: str, table: str, columns: list[str], entity_column: str | None = None,

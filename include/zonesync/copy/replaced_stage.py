@@ -7,8 +7,14 @@ table's definition, keyed by the source's key, so no source key meets a target r
 Once every chunk is done, the driver merges the stage into the table through the key map,
 pushed down to the target, a batch of source keys per transaction:
 
-1. claim the batch's entries (INSERT IGNORE … SELECT) and lock them (FOR UPDATE): the
-   applier, landing the stream's events of the same keys, waits, and so do we for it;
+0. check the run is still admitted here, under the admits' head shared lock (as an
+   applier's transaction reads it): a rollback's withdraw waits for the batch, and a
+   merge still running after its task was killed and the run rolled back stops there
+   instead of landing rows nobody admits;
+1. claim the batch's entries (INSERT … SELECT … ON DUPLICATE KEY UPDATE: exclusive locks,
+   also on the entries there) and lock them (FOR UPDATE): the applier, landing the
+   stream's events of the same keys, waits, and so do we for it (a deadlock or lock wait
+   timeout all the same: the batch is tried again);
 2. the mapped keys whose staged row is newer than the entry: the target row updated in
    place (one multi-table UPDATE), the entry's version moved;
 3. the unmapped ones (never landed, or deleted at an older version) newer than the entry:
@@ -19,8 +25,10 @@ pushed down to the target, a batch of source keys per transaction:
 
 A staged row at or below its entry's version is older than what the stream landed (or
 deleted), and stays out. A merge killed part-way leaves whole batches; run again (a re-run
-of the stock finds its chunks done) it lands only what is left. The stage is dropped once
-merged, and by the migration's rollback and release.
+of the stock finds its chunks done) it lands only what is left. The session sets
+skip_replication, as the applier's and the copy's do: the target's replicator never
+publishes the merged rows (S001-13). The stage is dropped once merged (and by the
+migration's rollback).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ STAGE_DB = "zonesync"
 VERSION = "_zs_version"
 BATCH = 1000
 MAP = "zonesync.key_map"
+ADMITS_HEAD = "SELECT version FROM zonesync.resident_admits_head WHERE id = 1 LOCK IN SHARE MODE"
 
 
 def stage_table(run_id: str, table: str) -> str:
@@ -60,15 +69,40 @@ def merge(conn, run_id: str, app_db: str, table: str, key: str, columns: list[st
     with conn.cursor() as cur:
         cur.execute("SELECT @@session.auto_increment_increment")
         step = int(cur.fetchone()[0])
-        while True:
-            after = "" if last is None else f"WHERE {q(key)} > {int(last)} "
-            cur.execute(f"SELECT {q(key)} FROM {staged} {after}ORDER BY {q(key)} LIMIT {int(batch)}")
-            keys = [int(r[0]) for r in cur.fetchall()]
-            conn.commit()
-            if not keys:
-                return landed
-            landed += _merge_batch(conn, cur, (run_id, table), app_db, key, columns, staged, keys, step)
-            last = keys[-1]
+        cur.execute("SET SESSION skip_replication = 1")
+        try:
+            while True:
+                after = "" if last is None else f"WHERE {q(key)} > {int(last)} "
+                cur.execute(f"SELECT {q(key)} FROM {staged} {after}ORDER BY {q(key)} LIMIT {int(batch)}")
+                keys = [int(r[0]) for r in cur.fetchall()]
+                conn.commit()
+                if not keys:
+                    return landed
+                landed += _retried(conn, lambda keys=keys: _merge_batch(conn, cur, (run_id, table), app_db, key,
+                                                                        columns, staged, keys, step))  # fmt: skip
+                last = keys[-1]
+        finally:
+            conn.rollback()
+            cur.execute("SET SESSION skip_replication = 0")
+
+
+def _retried(conn, batch, attempts: int = 5) -> int:
+    """A batch run again after a deadlock or a lock wait timeout (rolled back whole: the
+    applier, landing the same keys, went first)."""
+    import pymysql
+
+    for attempt in range(attempts):
+        try:
+            return batch()
+        except pymysql.err.OperationalError as exc:
+            conn.rollback()
+            if not exc.args or exc.args[0] not in (1205, 1213) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+class NotAdmitted(RuntimeError):
+    """The run no longer admits its LEs here (rolled back): the merge stops, landing nothing."""
 
 
 def _merge_batch(conn, cur, entry: tuple[str, str], app_db: str, key: str, columns: list[str], staged: str,
@@ -77,8 +111,14 @@ def _merge_batch(conn, cur, entry: tuple[str, str], app_db: str, key: str, colum
     target = f"{q(app_db)}.{q(entry[1])}"
     span = f"m.run_id = %s AND m.table_name = %s AND m.source_key BETWEEN {lo} AND {hi}"
     cur.execute("START TRANSACTION")
+    cur.execute(ADMITS_HEAD)
+    cur.execute("SELECT COUNT(*) FROM zonesync.resident_admits WHERE run_id = %s", (entry[0],))
+    if not cur.fetchone()[0]:
+        raise NotAdmitted(f"{entry[1]}: run {entry[0]} no longer admits its LEs in this zone (rolled back?): "
+                          "the merge stops")  # fmt: skip
     claim = f"SELECT %s, %s, {q(key)}, NULL, 0 FROM {staged} WHERE {q(key)} BETWEEN {lo} AND {hi}"
-    cur.execute(f"INSERT IGNORE INTO {MAP} (run_id, table_name, source_key, target_key, version) {claim}", entry)
+    cur.execute(f"INSERT INTO {MAP} (run_id, table_name, source_key, target_key, version) {claim} "
+                "ON DUPLICATE KEY UPDATE source_key = source_key", entry)  # fmt: skip
     cur.execute(f"SELECT m.source_key FROM {MAP} m WHERE {span} FOR UPDATE", entry)
     others = [c for c in columns if c != key]
     sets = ", ".join(f"t.{q(c)} = s.{q(c)}" for c in others)

@@ -57,14 +57,21 @@ def check_ref(kind: str, type_: str, id_: str, where: str) -> None:
         raise MetaError(f"{where}: {kind} id {id_!r} must be printable text of 1 to {MAX_ID} characters")
 
 
-def _others_elsewhere(cur, be_type: str, be_id: str, zone: str, les: list[tuple[str, str]]) -> bool:
-    """Whether a locating entity of the biz entity other than `les` is in another zone than
-    `zone` (a migration moving some of them: the biz entity's own row stays as it is
-    until its last LE follows)."""
+def _keeps_biz_row(cur, be_type: str, be_id: str, zone: str, les: list[tuple[str, str]], status: str,
+                   migration: bool) -> bool:  # fmt: skip
+    """Whether this version leaves the biz entity's own row (its zone and status) as it is:
+    it follows its LEs when all of them are in one zone. So a migration moving some of its
+    LEs (S004-30) changes it only with the lift that brings the last of them to the zone
+    (its stop, flip and rollback never do: the biz entity is never shown stopped for the
+    LEs that go on), and an operator's new LE in another zone than the others leaves it."""
     cur.execute("SELECT e.le_type, e.le_id, z.name FROM locating_entities e JOIN zones z ON z.zone_id = e.unit_zone "
                 "WHERE e.be_type = %s AND e.be_id = %s", (be_type, be_id))  # fmt: skip
     moving = {tuple(le) for le in les}
-    return any((t, i) not in moving and z != zone for t, i, z in cur.fetchall())
+    others = [z for t, i, z in cur.fetchall() if (t, i) not in moving]
+    if not others:
+        return False
+    elsewhere = any(z != zone for z in others)
+    return elsewhere or (migration and status != "ACTIVE")
 
 
 class EntityRegistry(MetaStore):
@@ -119,9 +126,8 @@ class EntityRegistry(MetaStore):
                 "INSERT INTO versions (version, kind, author, reason) VALUES (%s, 'entities', %s, %s)",
                 (version, author, reason),
             )
-            # a run moving some of its LEs (S004-30) leaves the biz entity's row as it is until the last follows
-            partial = within is not None and _others_elsewhere(cur, be_type, be_id, zone, les)
-            if during is None and not partial:  # (during a run the biz entity's unit and status are the run's)
+            keep = _keeps_biz_row(cur, be_type, be_id, zone, les, status, migration=within is not None)
+            if during is None and not keep:  # (during a run the biz entity's unit and status are the run's)
                 cur.execute(
                     "INSERT INTO biz_entities (be_type, be_id, unit_zone, status, version) VALUES (%s, %s, %s, %s, "
                     "%s) ON DUPLICATE KEY UPDATE unit_zone = VALUES(unit_zone), status = VALUES(status), "

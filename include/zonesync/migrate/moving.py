@@ -42,7 +42,9 @@ def admit(ctx: MigrationContext) -> dict:
     predicates = resident.tables(rules, run.entities)
     spec = resident.stock_spec(rules, predicates, run.run_id)
     for zone in (run.source_zone, run.target_zone):  # what the stock copy (the full copy's job) can take
-        with_zone(ctx, zone, lambda conn, zone=zone: resident.check_copyable(conn, spec, zone))
+        with_zone(
+            ctx, zone, lambda conn, zone=zone: resident.check_copyable(conn, spec, zone, target=zone == run.target_zone)
+        )
     stock = {"run_id": stock_run_id(run.run_id), "source": run.source_zone, "target": run.target_zone,
              "zones": f"{run.source_zone},{run.target_zone}", "tables": ",".join(predicates),
              "where": json.dumps(spec)}  # fmt: skip

@@ -53,7 +53,7 @@ def stock_spec(rules: RuleSet, predicates: dict[str, str], run_id: str = "") -> 
     return out
 
 
-def check_copyable(conn, spec: dict[str, dict], zone: str) -> None:
+def check_copyable(conn, spec: dict[str, dict], zone: str, target: bool = True) -> None:
     """MigrationRefused naming a resident table the stock copy (the full copy's job) cannot
     take in this zone: missing, no integer primary key, or a unique key without its entity
     column. `spec`: stock_spec's."""
@@ -63,11 +63,27 @@ def check_copyable(conn, spec: dict[str, dict], zone: str) -> None:
             copyable(conn, schema, table, zone, spec[table]["entity"])
         except CopyRefused as exc:
             raise MigrationRefused(f"{exc} (a resident table moves by the full copy's statements)") from None
+        _check_entity_index(conn, schema, table, spec[table]["entity"], zone)
         if spec[table].get("replace_key"):
-            _check_replaceable(conn, schema, table, zone)
+            _check_replaceable(conn, schema, table, zone, target)
 
 
-def _check_replaceable(conn, schema: str, table: str, zone: str) -> None:
+def _check_entity_index(conn, schema: str, table: str, column: str, zone: str) -> None:
+    """MigrationRefused unless an index of the table starts with its entity column: the
+    stock copy plans, reads and locks the LEs' rows through it (without one, each step
+    would scan the table, and the target's locking reads could lock other entities' rows)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+                    "AND SEQ_IN_INDEX = 1 AND COLUMN_NAME = %s", (schema, table, column))  # fmt: skip
+        (found,) = cur.fetchone()
+    conn.commit()
+    if not found:
+        raise MigrationRefused(f"tables: {table} has no index that starts with its entity column {column} in zone "
+                               f"{zone}: the stock copy finds the moving rows through one; add it (CREATE INDEX "
+                               f"idx_{table}_{column} ON {table} ({column}))")  # fmt: skip
+
+
+def _check_replaceable(conn, schema: str, table: str, zone: str, target: bool) -> None:
     """MigrationRefused unless a replace_key table's rows can take new keys from this zone's
     AUTO_INCREMENT as copy/replaced_stage.py does: one AUTO_INCREMENT key column, no other
     unique key (a bulk insert meeting one would upset the keys' count), and consecutive
@@ -88,7 +104,7 @@ def _check_replaceable(conn, schema: str, table: str, zone: str) -> None:
     if unique_keys(conn, schema, table):
         raise MigrationRefused(f"tables: {table} is replace_key and has unique keys besides its primary key "
                                f"({', '.join(unique_keys(conn, schema, table))}): not supported yet {fix}")  # fmt: skip
-    if int(mode) not in (0, 1):
+    if target and int(mode) not in (0, 1):  # (only the target's counter gives keys)
         raise MigrationRefused(
             f"zone {zone} runs innodb_autoinc_lock_mode {mode}: replace_key tables need 0 or 1 "
             f"(consecutive keys for a bulk insert): set it in the server's config {fix}"

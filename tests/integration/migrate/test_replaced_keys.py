@@ -16,6 +16,7 @@ from tests.integration.migrate.test_resident_tables import _applied_everywhere, 
 from tests.support.background import wait_until
 from tests.support.replication import ZONES
 from tests.support.rules import BASE
+from zonesync.copy import replaced_stage
 from zonesync.meta.entities import EntityRegistry
 from zonesync.meta.store import MetaStore
 from zonesync.migrate import resident, steps
@@ -188,3 +189,19 @@ def test_a_row_changed_behind_the_key_map_fails_the_final_check_and_the_rollback
     with ga.transaction() as tx:
         tx.update("memos", {"memo_id": 1}, {"body": "still a's"})
     assert resident.admitted(zones["b"].connect("zonesync_app"), "keys-back-7") is False
+    # a merge still running once the run is rolled back (its task killed, its driver alive)
+    # stops at its next batch, landing nothing
+    conn = zones["b"].connect("zonesync_app")
+    try:
+        replaced_stage.create_stage(conn, "zonesync_app", "memos", "key_stage_late")
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO zonesync.key_stage_late (memo_id, tenant_id, body, _zs_origin, _zs_version) "
+                        "VALUES (5, 7, 'late', 1, 99)")  # fmt: skip
+        conn.commit()
+        cols = ["memo_id", "tenant_id", "body", "_zs_origin", "_zs_version"]
+        with pytest.raises(replaced_stage.NotAdmitted, match="no longer admits its LEs"):
+            replaced_stage.merge(conn, "keys-back-7", "zonesync_app", "memos", "memo_id", cols, "key_stage_late")
+    finally:
+        replaced_stage.drop_stage(conn, "key_stage_late")
+        conn.close()
+    assert _memos_of(zones["b"], 7) == {} and _key_map(zones["b"], "keys-back-7") == {}

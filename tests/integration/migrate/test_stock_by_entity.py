@@ -19,7 +19,8 @@ from tests.integration.migrate.test_resident_tables import (  # noqa: F401 (note
 from tests.support.resident import note_ids
 from zonesync.check.sql import entity_predicate
 from zonesync.copy import chunks, merge
-from zonesync.migrate import steps
+from zonesync.migrate import resident, steps
+from zonesync.migrate.request import MigrationRefused
 
 pytestmark = pytest.mark.integration
 
@@ -74,3 +75,22 @@ def test_a_small_tenant_among_a_large_one_is_planned_read_and_locked_by_its_own_
     assert _verify(ctx, zones, tmp_path)["differ"] == 0
     steps.rollback(ctx, "test")
     assert note_ids(zones["b"], 7) == set() and len(note_ids(zones["b"], 9)) == 5_000
+
+
+@pytest.mark.usefixtures("notes")
+def test_a_resident_table_without_an_index_on_its_entity_column_is_refused(guard_env, zones, meta):
+    """Without an index that starts with the entity column, planning and every chunk's
+    statements would scan the table (and the target's locking reads lock other tenants'
+    rows): admit refuses in one line naming the table, the zone and the index to add."""
+    guard_env("a")
+    with zones["a"].connect("zonesync_app") as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("ALTER TABLE notes DROP INDEX idx_notes_tenant")
+    ctx = _ctx(zones, meta, "noindex-7")
+    steps.preflight(ctx)
+    with pytest.raises(MigrationRefused, match=r"^tables: notes has no index that starts with its entity column "
+                       r"tenant_id in zone a: .*CREATE INDEX idx_notes_tenant_id ON notes \(tenant_id\)"):  # fmt: skip
+        steps.admit(ctx)
+    with zones["b"].connect("zonesync_app") as conn:
+        assert not resident.admitted(conn, "noindex-7")
+    steps.rollback(ctx, "test")

@@ -18,9 +18,10 @@ Two writers land the moving rows, and both go through the map, never through the
 
 The protocol, per source key, inside the writer's transaction:
 
-1. claim: `INSERT IGNORE` the key's entry (target NULL, version 0) and read it `FOR
-   UPDATE`. The entry is locked to the commit, so the other writer of the same key waits:
-   two writers never both find it unmapped and land two rows.
+1. claim: insert the key's entry (target NULL, version 0), or lock the one there, with
+   an exclusive lock (ON DUPLICATE KEY UPDATE), and read it `FOR UPDATE`. The entry is
+   locked to the commit, so the other writer of the same key waits: two writers never
+   both find it unmapped and land two rows.
 2. decide by version, as the applier does (S000-71..76): a change at or below the
    entry's version is older than what landed (or a replay) and changes nothing;
 3. write: a delete removes the target row and leaves the entry with target NULL at the
@@ -38,9 +39,12 @@ from __future__ import annotations
 from zonesync.apply.batch.statements import q
 from zonesync.events import ChangeEvent, decode_row
 
+# claimed with an exclusive lock from the start (an existing entry's too: ON DUPLICATE KEY
+# UPDATE locks it exclusively, where INSERT IGNORE would take a shared lock the FOR UPDATE
+# then upgrades, and two writers upgrading the same entry deadlock)
 CLAIM = (
-    "INSERT IGNORE INTO zonesync.key_map (run_id, table_name, source_key, target_key, version) "
-    "VALUES (%s, %s, %s, NULL, 0)"
+    "INSERT INTO zonesync.key_map (run_id, table_name, source_key, target_key, version) "
+    "VALUES (%s, %s, %s, NULL, 0) ON DUPLICATE KEY UPDATE source_key = source_key"
 )
 ENTRY = "run_id = %s AND table_name = %s AND source_key = %s"
 LOCK = f"SELECT target_key, version FROM zonesync.key_map WHERE {ENTRY} FOR UPDATE"

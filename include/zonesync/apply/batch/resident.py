@@ -22,9 +22,10 @@ flight, and the purge that follows removes everything.
 The admits are read again only when the head's version moved: one extra small locking
 read per transaction that touches a resident table, none for the others.
 
-The admitted events of a `replace_key` table are landed here, first in the transaction,
-through the target's key map (replaced_keys.py: each row under the key this zone gave it),
-and left out of what the batch applies.
+The admitted events of a `replace_key` table are kept (so a held table parks them as any
+other), marked with their run, and landed by `land_replaced` once the transaction has
+claimed its positions, through the target's key map (replaced_keys.py: each row under the
+key this zone gave it), not by the batch.
 """
 
 from __future__ import annotations
@@ -44,15 +45,14 @@ class ResidentGate:
         self.tables: dict[str, tuple[str, str, bool]] = {}
         self._version: int | None = None
         self._admitted: dict[tuple[str, str, str], str] = {}  # (source zone, le_type, le_id) -> run id
-        self.mapped = 0  # the last call's events landed through a key map
+        self._runs: dict[int, str] = {}  # id(event) -> its run: the last call's admitted replace_key events
 
     def kept(self, conn, changes: list[tuple[str, list[ChangeEvent]]]) -> tuple[list, int]:
         """(the changes without the resident rows this zone does not apply, how many events
         were left out). Run first in the transaction that applies them: its shared lock on
         the admits' head is what makes an admit wait for this transaction (see above). The
-        admitted events of replace_key tables are landed here (`mapped` of them) and left
-        out too."""
-        self.mapped = 0
+        admitted events of replace_key tables stay, marked for `land_replaced`."""
+        self._runs = {}
         tables = self.tables
         if not tables or not any(e.table in tables for _, events in changes for e in events):
             return changes, 0
@@ -71,14 +71,32 @@ class ResidentGate:
                     if e.table not in tables:
                         mine.append(e)
                     elif (run_id := self.admits(source_zone, e)) is not None:
-                        if tables[e.table][2]:  # replace_key: landed here, through the map
-                            replaced_keys.apply_event(cur, run_id, e)
-                            self.mapped += 1
-                        else:
-                            mine.append(e)
+                        if tables[e.table][2]:  # replace_key: landed through the map (land_replaced)
+                            self._runs[id(e)] = run_id
+                        mine.append(e)
                 dropped += len(events) - len(mine)
                 kept.append((source_zone, mine))
-        return kept, dropped - self.mapped
+        return kept, dropped
+
+    def land_replaced(self, cur, changes: list[tuple[str, list[ChangeEvent]]], landed=None) -> tuple[list, int]:
+        """The marked replace_key events landed through the key map, in order (after the
+        positions' claim, in the same transaction), and the changes without them; how many.
+        `landed(source, event)`, when given, says whether to land one now (the serial
+        apply's stopped partitions: not past their stop)."""
+        if not self._runs:
+            return changes, 0
+        out, n = [], 0
+        for source_zone, events in changes:
+            rest = []
+            for e in events:
+                run_id = self._runs.get(id(e))
+                if run_id is None:
+                    rest.append(e)
+                elif landed is None or landed(source_zone, e):
+                    replaced_keys.apply_event(cur, run_id, e)
+                    n += 1
+            out.append((source_zone, rest))
+        return out, n
 
     def admits(self, source_zone: str, e: ChangeEvent) -> str | None:
         """The run admitting here, from `source_zone`, the entity the row of `e` (a resident

@@ -146,9 +146,15 @@ def _attempt(writer: SerialWriter, conn, changes, positions, stops) -> BatchResu
     a duplicate key (rolled back by the caller)."""
     result = BatchResult()
     lit = literal_function(conn)
-    order = source_order(changes, stops)
     with conn.cursor() as cur:
         offsets = apply_state.claim(cur, lit, positions)
+        # replace_key rows through the key map (resident.py), a stopped partition's before its stop only
+        changes, result.applied = writer.resident.land_replaced(
+            cur,
+            changes,
+            lambda source, e: (source, e.partition) not in stops or e.lsn < stops[(source, e.partition)][0],
+        )
+        order = source_order(changes, stops)
         # Read every key once; from then on `rows` is what the events so far left.
         by_table: dict[str, list[NetChange]] = {}
         for _, e in order:

@@ -219,7 +219,6 @@ class ZoneWriter:
                 else:
                     result = self._apply(conn, kept, positions, read_first)  # commits (its last statement)
                 result.skipped += left_out
-                result.applied += self.resident.mapped  # (replace_key rows, landed by the gate)
                 return result
             except NotAllNew:
                 self.rollback(conn)
@@ -267,13 +266,15 @@ class ZoneWriter:
         request for the reads, one for every write, the positions and COMMIT (a third,
         the tombstone and lock lookups, when the table has tombstones or locked rows)."""
         result = BatchResult()
-        by_source: dict[str, list[ChangeEvent]] = {}
-        for source_zone, events in changes:
-            by_source.setdefault(source_zone, []).extend(events)
         lit = literal_function(conn)
         writes: list[str] = []
         with conn.cursor() as cur:
             apply_state.claim(cur, lit, positions)
+            # replace_key rows: through the target's key map, after the claim (resident.py)
+            changes, result.applied = self.resident.land_replaced(cur, changes)
+            by_source: dict[str, list[ChangeEvent]] = {}
+            for source_zone, events in changes:
+                by_source.setdefault(source_zone, []).extend(events)
             # One source at a time: a key's events from one source are in order (one
             # partition); two sources' changes of the same key are judged one after the
             # other by their versions, the second seeing what the first wrote (so the
