@@ -324,6 +324,19 @@ def test_a_bulk_copy_killed_mid_way_converges_when_run_again(kv_tenants, cluster
     assert _keys(kv_stores, "b", "7") == before
 
 
+def _moved_by_plan2(zones, meta, run_id: str) -> steps.MigrationContext:
+    """Tenant 7 moved a -> b by plan2 up to its lift (its release left to the caller)."""
+    ctx = _ctx(zones, meta, run_id, mode="plan2")
+    steps.preflight(ctx)
+    steps.stop_first(ctx, max_rows=100_000)
+    steps.admit(ctx)
+    _cut_over(ctx)
+    steps.final_check(ctx)
+    steps.flip(ctx)
+    assert steps.lift(ctx).status == "succeeded"
+    return ctx
+
+
 def test_a_key_whose_tag_outlived_it_neither_fails_the_move_nor_comes_back(kv_tenants, cluster, zones, meta,
                                                                            kv_stores):  # fmt: skip
     """S004-05, the migration's side: tenant 7's key tagged, then expired at the source (its
@@ -338,14 +351,7 @@ def test_a_key_whose_tag_outlived_it_neither_fails_the_move_nor_comes_back(kv_te
     with zones["a"].connect() as conn, conn.cursor() as cur:  # its tag is still there
         cur.execute("SELECT COUNT(*) FROM zonesync.tag_segments WHERE repo = 'sessions' AND entity_id = '7'")
         assert cur.fetchone()[0] >= 1
-    ctx = _ctx(zones, meta, "kv-outlived-7", mode="plan2")
-    steps.preflight(ctx)
-    steps.stop_first(ctx, max_rows=1000)
-    steps.admit(ctx)
-    _cut_over(ctx)
-    steps.final_check(ctx)
-    steps.flip(ctx)
-    assert steps.lift(ctx).status == "succeeded"
+    ctx = _moved_by_plan2(zones, meta, "kv-outlived-7")
     assert set(_keys(kv_stores, "b", "7")) == {("sessions", "prod:session:7:live")}
     assert not kv_stores["b"].client(REPOS["sessions"]).exists("prod:session:7:short")
     steps.release(ctx)
@@ -387,14 +393,7 @@ def test_the_removals_killed_mid_way_converge_when_run_again(kv_tenants, cluster
     steps.rollback(back, "test: run again")
     assert _keys(kv_stores, "b", "7") == {} and _keys(kv_stores, "a", "7") == before
 
-    ctx = _ctx(zones, meta, "kv-release-7", mode="plan2")
-    steps.preflight(ctx)
-    steps.stop_first(ctx, max_rows=100_000)
-    steps.admit(ctx)
-    _cut_over(ctx)
-    steps.final_check(ctx)
-    steps.flip(ctx)
-    assert steps.lift(ctx).status == "succeeded"
+    ctx = _moved_by_plan2(zones, meta, "kv-release-7")
     _killed_part_way(meta, zones, "kv-release-7", "release", lambda: 20_000 - tenant_keys(chat_a), 20_000)
     steps.release(ctx)
     assert _keys(kv_stores, "a", "7") == {} and _keys(kv_stores, "b", "7") == before

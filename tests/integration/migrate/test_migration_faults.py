@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from tests.integration.migrate.test_resident_tables import _ctx, _forget_tenants, _note
+from tests.integration.migrate.conftest import forget_tenants
+from tests.integration.migrate.test_resident_tables import _ctx, _note
 from tests.support import apply_faults, guard_process
 from tests.support.apply_faults import RowLock, committed_events, positions
 from tests.support.background import wait_until
 from tests.support.replication import Cluster, alerts, reset_state, row_locks, settled_reconciliation
 from tests.support.replicator_process import kill
-from tests.support.resident import notes_table
 from zonesync.apply.tools.reconcile import OK
 from zonesync.dal import EntityWriteStopped, TransactionDeadlineExceeded, WrongZone
 from zonesync.meta import guards
@@ -27,17 +27,6 @@ from zonesync.migrate import steps
 from zonesync.migrate.request import MigrationRequest
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def notes(guard_env, zones, meta):
-    """`notes` resident (published before any applier starts), tenants 7 and 8 in a."""
-    _forget_tenants(meta)
-    with notes_table(zones, meta):
-        for t in ("7", "8"):
-            EntityRegistry(meta).register_biz("tenant", t, "a", [("tenant", t)], f"test: tenant {t} in a")
-        yield
-    _forget_tenants(meta)
 
 
 def _acked_everywhere(meta) -> None:
@@ -361,9 +350,9 @@ def test_a_commit_its_guard_lost_lands_after_the_stop_s_ack_within_max_txn_ms_an
 @pytest.fixture
 def tenant7(meta):
     """Tenant 7 (its tenant LE) registered in a, no migration recorded; the version."""
-    _forget_tenants(meta)
+    forget_tenants(meta)
     yield EntityRegistry(meta).register_biz("tenant", "7", "a", [("tenant", "7")], "test: tenant 7 in a")
-    _forget_tenants(meta)
+    forget_tenants(meta)
 
 
 def test_the_lift_waits_for_a_guard_holding_its_ack_of_the_flip(cluster, guard_env, zones, meta, tenant7):

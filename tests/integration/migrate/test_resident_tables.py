@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.background import wait_until
 from tests.support.replication import ZONES, alerts
-from tests.support.resident import note_ids, note_rows, notes_table, server_time_zones
+from tests.support.resident import note_ids, note_rows, server_time_zones
 from zonesync.apply.batch.resident import HEAD
 from zonesync.apply.tools.progress import is_applied
 from zonesync.capture.binlog import binlog_end
@@ -23,26 +23,6 @@ from zonesync.migrate import resident, steps
 from zonesync.migrate.request import MigrationRefused, MigrationRequest
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def notes(guard_env, zones, meta):
-    """`notes` resident in the rules (published before the cluster starts), tenants 7 and 8
-    (each its tenant LE) registered in a (a resident row needs a registered entity)."""
-    _forget_tenants(meta)
-    with notes_table(zones, meta):
-        for t in ("7", "8"):
-            EntityRegistry(meta).register_biz("tenant", t, "a", [("tenant", t)], f"test: tenant {t} in a")
-        yield
-    _forget_tenants(meta)
-
-
-def _forget_tenants(meta) -> None:
-    """No migration, no tenant or chat registered (biz entities too: other tests expect an
-    unregistered tenant 8 to be refused as unknown)."""
-    meta.run("DELETE FROM migrations")
-    meta.run("DELETE FROM locating_entities WHERE le_type IN ('tenant', 'chat')")
-    meta.run("DELETE FROM biz_entities WHERE be_type = 'tenant' AND be_id <> '7'")
 
 
 def _applied_everywhere(meta, zones, source: str = "a", timeout: float = 60) -> None:

@@ -10,13 +10,7 @@ import time
 
 import pytest
 
-from tests.integration.migrate.test_resident_tables import (  # noqa: F401 (notes: a fixture)
-    _applied_everywhere,
-    _ctx,
-    _stock,
-    _verify,
-    notes,
-)
+from tests.integration.migrate.test_resident_tables import _applied_everywhere, _ctx, _stock, _verify
 from tests.support.background import wait_until
 from tests.support.replication import ZONES
 from tests.support.resident import note_ids

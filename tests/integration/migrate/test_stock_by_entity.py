@@ -9,13 +9,7 @@ import time
 
 import pytest
 
-from tests.integration.migrate.test_resident_tables import (  # noqa: F401 (notes: a fixture)
-    _applied_everywhere,
-    _ctx,
-    _stock,
-    _verify,
-    notes,
-)
+from tests.integration.migrate.test_resident_tables import _ctx, _stock, _verify
 from tests.support.resident import note_ids
 from zonesync.check.sql import entity_predicate
 from zonesync.copy import chunks, merge
