@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import hashlib
 
+from zonesync.apply.batch.replaced_keys import RECORD
+from zonesync.apply.batch.resident import HEAD
 from zonesync.apply.batch.statements import q
 
 STAGE_DB = "zonesync"
 VERSION = "_zs_version"
 BATCH = 1000
 MAP = "zonesync.key_map"
-ADMITS_HEAD = "SELECT version FROM zonesync.resident_admits_head WHERE id = 1 LOCK IN SHARE MODE"
 
 
 def stage_table(run_id: str, table: str) -> str:
@@ -111,7 +112,7 @@ def _merge_batch(conn, cur, entry: tuple[str, str], app_db: str, key: str, colum
     target = f"{q(app_db)}.{q(entry[1])}"
     span = f"m.run_id = %s AND m.table_name = %s AND m.source_key BETWEEN {lo} AND {hi}"
     cur.execute("START TRANSACTION")
-    cur.execute(ADMITS_HEAD)
+    cur.execute(HEAD)  # (an applier's transaction reads it the same way)
     cur.execute("SELECT COUNT(*) FROM zonesync.resident_admits WHERE run_id = %s", (entry[0],))
     if not cur.fetchone()[0]:
         raise NotAdmitted(f"{entry[1]}: run {entry[0]} no longer admits its LEs in this zone (rolled back?): "
@@ -140,9 +141,7 @@ def _merge_batch(conn, cur, entry: tuple[str, str], app_db: str, key: str, colum
         if n != len(fresh):
             raise RuntimeError(f"{entry[1]}: inserted {n} rows of {len(fresh)} staged; nothing of the batch is kept")
         first = int(cur.lastrowid)
-        cur.executemany(f"UPDATE {MAP} SET target_key = %s, version = %s "
-                        "WHERE run_id = %s AND table_name = %s AND source_key = %s",
-                        [(first + i * step, v, *entry, k) for i, (k, v) in enumerate(fresh)])  # fmt: skip
+        cur.executemany(RECORD, [(first + i * step, v, *entry, k) for i, (k, v) in enumerate(fresh)])
     conn.commit()
     # (a multi-table UPDATE counts the map's entries it moved too)
     return updated // 2 + len(fresh)

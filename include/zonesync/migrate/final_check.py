@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from zonesync.check.request import entity_tables
 from zonesync.check.sql import chunk_checksum, entity_predicate
+from zonesync.migrate.resident import key_of
 from zonesync.rules.model import RuleSet
 from zonesync.sql_names import quote as q
 
@@ -30,13 +31,11 @@ def _columns(cur, table: str) -> tuple[list[tuple[str, str]], set[str]]:
     return [(c, t.lower()) for c, t, _ in rows], {c for c, _, n in rows if n == "YES"}
 
 
-def source_keyed(conn, cur, table: str, columns: list[tuple[str, str]], run_id: str) -> str:
+def source_keyed(conn, table: str, columns: list[tuple[str, str]], run_id: str) -> str:
     """The target's rows of a replace_key table under the keys they had in the source (the
     run's key map, apply/batch/replaced_keys.py), so both zones hash the same rows alike; a
     row the map does not know gets a key no source row has (-1 - its own), and differs."""
-    cur.execute("SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = DATABASE() "
-                "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY'", (table,))  # fmt: skip
-    ((key,),) = cur.fetchall()
+    (key,) = key_of(conn, table)
     rest = ", ".join(f"n.{q(c)}" for c, _ in columns if c != key)
     return (f"SELECT COALESCE(m.source_key, -1 - CAST(n.{q(key)} AS SIGNED)) AS {q(key)}, {rest} FROM {q(table)} n "
             f"LEFT JOIN zonesync.key_map m ON m.run_id = {conn.escape(run_id)} AND m.table_name = "
@@ -57,7 +56,7 @@ def zone_sums(conn, specs: list, entities: dict[str, list[str]], zone_ids: list[
                 continue
             relation = None
             if replaced is not None and spec.name in replaced[0]:
-                relation = source_keyed(conn, cur, spec.name, columns, replaced[1])
+                relation = source_keyed(conn, spec.name, columns, replaced[1])
             sql = chunk_checksum(spec.name, columns, [], None, None, zone_ids, nullable,
                                  where=entity_predicate(spec, entities), relation=relation)  # fmt: skip
             cur.execute(sql)

@@ -124,12 +124,13 @@ def kv_moved(ctx: MigrationContext, run: Migration) -> str:
 def undo_admit(ctx: MigrationContext, run: Migration) -> None:
     """Before the flip: the target no longer admits the LEs, and its partial copy of their
     resident rows is purged (withdrawn first: no applier adds a row after the purge)."""
-    predicates = resident_tables(ctx, run)
+    rules = rules_of(ctx)
+    predicates = resident.tables(rules, run.entities)
     if predicates:  # (both idempotent: a rollback retried after a crash does them again)
         with_zone(ctx, run.target_zone, lambda conn: resident.withdraw(conn, run.run_id))
         with_zone(ctx, run.target_zone, lambda conn: resident.purge(conn, predicates))
         stages = [replaced_stage.stage_table(stock_run_id(run.run_id), t)
-                  for t, s in rules_of(ctx).resident_tables().items() if s.replace_key and t in predicates]  # fmt: skip
+                  for t in predicates if rules.tables[t].replace_key]  # fmt: skip
         if stages:  # the run's key map and stages (its rows are purged)
             with_zone(ctx, run.target_zone, lambda conn: resident.forget_keys(conn, run.run_id, stages))
     kv = kv_move(ctx, run, "rollback")

@@ -101,9 +101,10 @@ def _check_replaceable(conn, schema: str, table: str, zone: str, target: bool) -
     if len(key) != 1 or "auto_increment" not in (key[0][1] or "").lower():
         raise MigrationRefused(f"tables: {table} is replace_key but its primary key in zone {zone} is not one "
                                f"AUTO_INCREMENT column: make it one, or drop replace_key {fix}")  # fmt: skip
-    if unique_keys(conn, schema, table):
+    unique = unique_keys(conn, schema, table)
+    if unique:
         raise MigrationRefused(f"tables: {table} is replace_key and has unique keys besides its primary key "
-                               f"({', '.join(unique_keys(conn, schema, table))}): not supported yet {fix}")  # fmt: skip
+                               f"({', '.join(unique)}): not supported yet {fix}")  # fmt: skip
     if target and int(mode) not in (0, 1):  # (only the target's counter gives keys)
         raise MigrationRefused(
             f"zone {zone} runs innodb_autoinc_lock_mode {mode}: replace_key tables need 0 or 1 "
